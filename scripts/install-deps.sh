@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything moat needs to build, test and benchmark, from Debian packages only.
+# Idempotent: packages already present are left alone, and apt-get update runs only when needed.
+# usage: scripts/install-deps.sh [--with-peers]   (--with-peers adds bubblewrap and crun for bench/)
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+
+pkgs=(build-essential cmake ninja-build pkg-config
+      libcpp-httplib-dev libyaml-cpp-dev prometheus-cpp-dev libseccomp-dev libabsl-dev
+      libgtest-dev libgmock-dev nlohmann-json3-dev
+      python3 procps iproute2 util-linux curl)
+if [ "${1:-}" = "--with-peers" ]; then pkgs+=(bubblewrap crun); fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: missing Debian packages: ${missing[*]}" >&2
+  echo "install-deps: run this script as root (or: sudo apt-get install ${missing[*]})" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}"
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
