@@ -1,0 +1,502 @@
+#include "sandbox/policy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "sandbox/domain_pattern.h"
+#include "sandbox/units.h"
+#include "sandbox/util/status_macros.h"
+
+namespace moat::sandbox {
+namespace {
+
+constexpr size_t kMaxPathLength = 4095;  // PATH_MAX minus the terminating NUL
+
+// Credential stores under the home, denied for reading by default. They only matter when a
+// trusted layer sets hideHome: false; deny lists are unions, so no layer can remove them.
+constexpr absl::string_view kDefaultDenyReadUnderHome[] = {
+    ".ssh",   ".gnupg",           ".aws",   ".azure",  ".config/gcloud", ".kube", ".docker",
+    ".netrc", ".git-credentials", ".npmrc", ".pypirc", ".config/gh",
+};
+
+// Under every writable root: files that make tools outside the sandbox run code later. Git runs
+// hooks and honours core.fsmonitor/core.sshCommand from .git/config; editors run tasks from
+// .vscode/.idea when the folder is opened.
+constexpr absl::string_view kProtectedUnderEachRoot[] = {".git/hooks", ".git/config", ".vscode",
+                                                         ".idea"};
+
+// Under the home, when the home is inside a writable root: shell start-up files, git and ssh
+// configuration (ProxyCommand, authorized_keys), session autostart, and moat's own user policy,
+// which would otherwise let one run widen the next.
+constexpr absl::string_view kProtectedUnderHome[] = {
+    ".bashrc",      ".bash_profile",     ".bash_login",     ".bash_logout", ".profile",    ".zshrc",
+    ".zshenv",      ".zprofile",         ".zlogin",         ".gitconfig",   ".config/git", ".ssh",
+    ".config/moat", ".config/autostart", ".config/systemd", ".pi",
+};
+
+absl::Status KeyError(const PolicyLayer& layer, absl::string_view key, absl::string_view message,
+                      absl::StatusCode code = absl::StatusCode::kInvalidArgument) {
+  return absl::Status(code,
+                      absl::StrCat(DescribeSource(layer.source), ": key \"", key, "\": ", message));
+}
+
+absl::Status WideningError(const PolicyLayer& layer, absl::string_view key,
+                           absl::string_view message) {
+  return KeyError(layer, key, message, absl::StatusCode::kPermissionDenied);
+}
+
+void AppendUnique(std::vector<std::string>* list, std::string value) {
+  if (std::find(list->begin(), list->end(), value) == list->end())
+    list->push_back(std::move(value));
+}
+
+// Parses and normalises the domain patterns of one list.
+absl::StatusOr<std::vector<std::string>> NormaliseDomains(const PolicyLayer& layer,
+                                                          absl::string_view key,
+                                                          const std::vector<std::string>& raw,
+                                                          DomainPattern::ListKind kind) {
+  std::vector<std::string> out;
+  for (const std::string& text : raw) {
+    absl::StatusOr<DomainPattern> pattern = DomainPattern::Parse(text, kind);
+    if (!pattern.ok()) return KeyError(layer, key, pattern.status().message());
+    AppendUnique(&out, pattern->ToString());
+  }
+  return out;
+}
+
+// Layers carry resolved paths; this re-checks them, since flags are built outside this module.
+absl::StatusOr<std::vector<std::string>> NormalisePaths(const PolicyLayer& layer,
+                                                        absl::string_view key,
+                                                        const std::vector<std::string>& raw) {
+  std::vector<std::string> out;
+  for (const std::string& path : raw) {
+    if (!absl::StartsWith(path, "/")) {
+      return KeyError(layer, key,
+                      absl::StrCat("path ", QuoteForMessage(path),
+                                   " is not absolute; resolve it with ResolvePolicyPath first"));
+    }
+    absl::StatusOr<std::string> resolved = ResolvePolicyPath(path, PathContext{});
+    if (!resolved.ok()) return KeyError(layer, key, resolved.status().message());
+    AppendUnique(&out, *std::move(resolved));
+  }
+  return out;
+}
+
+std::string DescribeList(const std::vector<std::string>& list) {
+  constexpr size_t kMaxShown = 8;
+  std::vector<std::string> shown;
+  for (size_t i = 0; i < list.size() && i < kMaxShown; ++i) shown.push_back(list[i]);
+  std::string out = absl::StrJoin(shown, ", ");
+  if (list.size() > kMaxShown) absl::StrAppend(&out, ", ... (", list.size(), " in all)");
+  return out;
+}
+
+// For a project layer: a new limit may be equal or lower, never higher.
+template <typename T, typename Format>
+absl::Status CheckNotRaised(const PolicyLayer& layer, absl::string_view key, const T& value,
+                            const T& current, Format format) {
+  if (value <= current) return absl::OkStatus();
+  return WideningError(
+      layer, key,
+      absl::StrCat(format(value), " is above ", format(current),
+                   " set by the layers below; a project policy may only lower limits"));
+}
+
+std::string FormatCount(uint64_t n) { return absl::StrCat(n); }
+std::string FormatCpus(double cpus) { return absl::StrCat(cpus); }
+
+// Merges the limits of `layer` into `limits`.
+absl::Status MergeLimits(const PolicyLayer& layer, LayerTrust trust, Limits* limits) {
+  const bool project = trust == LayerTrust::kProject;
+  auto check = [&](absl::string_view key, absl::Status valid) -> absl::Status {
+    if (valid.ok()) return valid;
+    return KeyError(layer, key, valid.message());
+  };
+  if (layer.memory_bytes) {
+    RETURN_IF_ERROR(check("limits.memory", ValidateMemory(*layer.memory_bytes)));
+    if (project) {
+      RETURN_IF_ERROR(CheckNotRaised(layer, "limits.memory", *layer.memory_bytes,
+                                     limits->memory_bytes, FormatSize));
+    }
+    limits->memory_bytes = *layer.memory_bytes;
+  }
+  if (layer.pids) {
+    RETURN_IF_ERROR(check("limits.pids", ValidatePids(*layer.pids)));
+    if (project) {
+      RETURN_IF_ERROR(CheckNotRaised(layer, "limits.pids", *layer.pids, limits->pids, FormatCount));
+    }
+    limits->pids = *layer.pids;
+  }
+  if (layer.cpus) {
+    RETURN_IF_ERROR(check("limits.cpus", ValidateCpus(*layer.cpus)));
+    if (project) {
+      RETURN_IF_ERROR(CheckNotRaised(layer, "limits.cpus", *layer.cpus, limits->cpus, FormatCpus));
+    }
+    limits->cpus = *layer.cpus;
+  }
+  if (layer.cpu_timeout) {
+    RETURN_IF_ERROR(check("limits.cpuTimeout", ValidateTimeout(*layer.cpu_timeout)));
+    if (project) {
+      RETURN_IF_ERROR(CheckNotRaised(layer, "limits.cpuTimeout", *layer.cpu_timeout,
+                                     limits->cpu_timeout, absl::FormatDuration));
+    }
+    limits->cpu_timeout = *layer.cpu_timeout;
+  }
+  if (layer.wall_timeout) {
+    RETURN_IF_ERROR(check("limits.wallTimeout", ValidateTimeout(*layer.wall_timeout)));
+    if (project) {
+      RETURN_IF_ERROR(CheckNotRaised(layer, "limits.wallTimeout", *layer.wall_timeout,
+                                     limits->wall_timeout, absl::FormatDuration));
+    }
+    limits->wall_timeout = *layer.wall_timeout;
+  }
+  if (layer.tmpfs_bytes) {
+    RETURN_IF_ERROR(check("limits.tmpfsSize", ValidateTmpfsSize(*layer.tmpfs_bytes)));
+    if (project) {
+      RETURN_IF_ERROR(CheckNotRaised(layer, "limits.tmpfsSize", *layer.tmpfs_bytes,
+                                     limits->tmpfs_bytes, FormatSize));
+    }
+    limits->tmpfs_bytes = *layer.tmpfs_bytes;
+  }
+  return absl::OkStatus();
+}
+
+constexpr absl::string_view kTrustHint =
+    "a project policy may only narrow what the layers below allow; if you trust it, add it to "
+    "~/.config/moat/policy.yaml or pass it with --policy or a flag";
+
+absl::Status MergeAllowedDomains(const PolicyLayer& layer, LayerTrust trust, Policy* policy) {
+  if (!layer.allowed_domains) return absl::OkStatus();
+  constexpr absl::string_view kKey = "network.allowedDomains";
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> domains,
+      NormaliseDomains(layer, kKey, *layer.allowed_domains, DomainPattern::ListKind::kAllow));
+  if (trust == LayerTrust::kProject) {
+    std::vector<DomainPattern> current;
+    for (const std::string& text : policy->allowed_domains) {
+      // The policy only ever holds normalised patterns; one that no longer parses covers nothing.
+      if (auto p = DomainPattern::Parse(text); p.ok()) current.push_back(*std::move(p));
+    }
+    for (const std::string& text : domains) {
+      DomainPattern wanted = *DomainPattern::Parse(text);
+      bool covered = std::any_of(current.begin(), current.end(),
+                                 [&](const DomainPattern& p) { return p.Covers(wanted); });
+      if (covered) continue;
+      if (policy->allowed_domains.empty()) {
+        return WideningError(layer, kKey,
+                             absl::StrCat(QuoteForMessage(text),
+                                          " is not allowed: the layers below allow no network "
+                                          "access; ",
+                                          kTrustHint));
+      }
+      return WideningError(layer, kKey,
+                           absl::StrCat(QuoteForMessage(text),
+                                        " is not covered by the domains the layers below allow (",
+                                        DescribeList(policy->allowed_domains), "); ", kTrustHint));
+    }
+  }
+  policy->allowed_domains = std::move(domains);
+  return absl::OkStatus();
+}
+
+absl::Status MergeAllowWrite(const PolicyLayer& layer, LayerTrust trust, Policy* policy) {
+  if (!layer.allow_write) return absl::OkStatus();
+  constexpr absl::string_view kKey = "filesystem.allowWrite";
+  ASSIGN_OR_RETURN(std::vector<std::string> paths, NormalisePaths(layer, kKey, *layer.allow_write));
+  if (trust == LayerTrust::kProject) {
+    for (const std::string& path : paths) {
+      bool covered = std::any_of(policy->allow_write.begin(), policy->allow_write.end(),
+                                 [&](const std::string& root) { return IsPathUnder(path, root); });
+      if (covered) continue;
+      if (policy->allow_write.empty()) {
+        return WideningError(
+            layer, kKey,
+            absl::StrCat(QuoteForMessage(path),
+                         " is not allowed: the layers below allow writing nowhere; ", kTrustHint));
+      }
+      return WideningError(
+          layer, kKey,
+          absl::StrCat(QuoteForMessage(path), " is not inside a path the layers below allow (",
+                       DescribeList(policy->allow_write), "); ", kTrustHint));
+    }
+  }
+  policy->allow_write = std::move(paths);
+  return absl::OkStatus();
+}
+
+// Deny lists only ever grow, whoever writes them.
+absl::Status MergeDenyLists(const PolicyLayer& layer, Policy* policy) {
+  if (layer.denied_domains) {
+    ASSIGN_OR_RETURN(std::vector<std::string> domains,
+                     NormaliseDomains(layer, "network.deniedDomains", *layer.denied_domains,
+                                      DomainPattern::ListKind::kDeny));
+    for (std::string& d : domains) AppendUnique(&policy->denied_domains, std::move(d));
+  }
+  if (layer.deny_read) {
+    ASSIGN_OR_RETURN(std::vector<std::string> paths,
+                     NormalisePaths(layer, "filesystem.denyRead", *layer.deny_read));
+    for (std::string& p : paths) AppendUnique(&policy->deny_read, std::move(p));
+  }
+  if (layer.deny_write) {
+    ASSIGN_OR_RETURN(std::vector<std::string> paths,
+                     NormalisePaths(layer, "filesystem.denyWrite", *layer.deny_write));
+    for (std::string& p : paths) AppendUnique(&policy->deny_write, std::move(p));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MergeEnv(const PolicyLayer& layer, Policy* policy) {
+  for (const auto& [name, value] : layer.env) {
+    if (absl::Status s = ValidateEnvVar(name, value); !s.ok()) {
+      return KeyError(layer, absl::StrCat("env.", name), s.message());
+    }
+    auto it = std::find_if(policy->env.begin(), policy->env.end(),
+                           [&](const auto& entry) { return entry.first == name; });
+    if (it != policy->env.end()) {
+      it->second = value;
+    } else {
+      policy->env.emplace_back(name, value);
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool LayerIsEmpty(const PolicyLayer& l) {
+  return !l.memory_bytes && !l.pids && !l.tmpfs_bytes && !l.cpus && !l.cpu_timeout &&
+         !l.wall_timeout && !l.allowed_domains && !l.denied_domains && !l.deny_read &&
+         !l.allow_write && !l.deny_write && !l.hide_home && l.env.empty();
+}
+
+std::string JoinPath(absl::string_view base, absl::string_view relative) {
+  return NormalizeAbsolutePath(absl::StrCat(base, "/", relative));
+}
+
+}  // namespace
+
+std::string NormalizeAbsolutePath(absl::string_view path) {
+  std::vector<absl::string_view> parts;
+  for (absl::string_view part : absl::StrSplit(path, '/')) {
+    if (part.empty() || part == ".") continue;
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();  // ".." at "/" stays at "/", as the kernel does
+      continue;
+    }
+    parts.push_back(part);
+  }
+  return absl::StrCat("/", absl::StrJoin(parts, "/"));
+}
+
+bool IsPathUnder(absl::string_view path, absl::string_view root) {
+  if (root == "/") return absl::StartsWith(path, "/");
+  return path == root ||
+         (absl::StartsWith(path, root) && path.size() > root.size() && path[root.size()] == '/');
+}
+
+absl::StatusOr<std::string> ResolvePolicyPath(absl::string_view raw, const PathContext& paths) {
+  auto invalid = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid path ", QuoteForMessage(raw), ": ", why));
+  };
+  if (raw.empty()) return invalid("it is empty");
+  for (char ch : raw) {
+    unsigned char c = static_cast<unsigned char>(ch);
+    if (c == 0) return invalid("contains a NUL byte");
+    if (c < 0x20 || c == 0x7f) return invalid("contains a control byte");
+    if (c == '*' || c == '?' || c == '[') {
+      return invalid(
+          "glob patterns are not supported (moat protects exact paths, and a pattern would "
+          "protect nothing); list each path");
+    }
+  }
+  std::string absolute;
+  if (raw == "~" || absl::StartsWith(raw, "~/")) {
+    if (!absl::StartsWith(paths.home, "/")) {
+      return invalid(
+          "\"~\" needs the home directory, which is not known here; write the full path");
+    }
+    absolute = absl::StrCat(paths.home, "/", raw.substr(1));
+  } else if (absl::StartsWith(raw, "~")) {
+    return invalid("\"~user\" is not supported; write the full path");
+  } else if (absl::StartsWith(raw, "/")) {
+    absolute = std::string(raw);
+  } else {
+    if (!absl::StartsWith(paths.cwd, "/")) {
+      return invalid("a relative path needs the working directory, which is not known here");
+    }
+    absolute = absl::StrCat(paths.cwd, "/", raw);
+  }
+  std::string normalised = NormalizeAbsolutePath(absolute);
+  if (normalised.size() > kMaxPathLength) return invalid("longer than PATH_MAX");
+  return normalised;
+}
+
+std::string DescribeSource(absl::string_view source) {
+  if (absl::StrContains(source, '/') || absl::EndsWith(source, ".yaml") ||
+      absl::EndsWith(source, ".yml") || absl::EndsWith(source, ".json")) {
+    return absl::StrCat("policy file ", QuoteForMessage(source));
+  }
+  return std::string(source);
+}
+
+absl::Status ValidateEnvVar(absl::string_view name, absl::string_view value) {
+  bool valid = !name.empty() && (absl::ascii_isalpha(name[0]) || name[0] == '_');
+  for (char c : name) valid = valid && (absl::ascii_isalnum(c) || c == '_');
+  if (!valid) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid environment variable name ", QuoteForMessage(name),
+                     " (use letters, digits and \"_\", not starting with a digit)"));
+  }
+  if (absl::StrContains(value, '\0')) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the value of ", name, " contains a NUL byte, which the environment cannot hold"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateMemory(uint64_t bytes) {
+  if (bytes == 0) return absl::InvalidArgumentError("the memory limit must be above 0 (e.g. 512M)");
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePids(uint64_t pids) {
+  if (pids == 0 || pids > kMaxPids) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the process limit must be from 1 to ", kMaxPids, ", not ", pids));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateCpus(double cpus) {
+  if (!(cpus > 0) || !(cpus <= kMaxCpus)) {  // written so that NaN fails too
+    return absl::InvalidArgumentError(
+        absl::StrCat("the CPU count must be above 0 and at most 1024, not ", cpus));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTimeout(absl::Duration timeout) {
+  if (timeout < kMinTimeout || timeout == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a timeout must be at least 1ms and finite, not ", absl::FormatDuration(timeout)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTmpfsSize(uint64_t bytes) {
+  if (bytes == 0) {
+    return absl::InvalidArgumentError("the tmpfs size must be above 0 (e.g. 64M)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyLayer(const PolicyLayer& layer, LayerTrust trust, Policy* policy) {
+  // Merge into a copy so that a rejected layer leaves no partial change behind.
+  Policy merged = *policy;
+  RETURN_IF_ERROR(MergeLimits(layer, trust, &merged.limits));
+  RETURN_IF_ERROR(MergeAllowedDomains(layer, trust, &merged));
+  RETURN_IF_ERROR(MergeAllowWrite(layer, trust, &merged));
+  RETURN_IF_ERROR(MergeDenyLists(layer, &merged));
+  if (layer.hide_home) {
+    if (trust == LayerTrust::kProject && !*layer.hide_home) {
+      return WideningError(layer, "filesystem.hideHome",
+                           "a project policy may not show the home directory; set hideHome: "
+                           "false in ~/.config/moat/policy.yaml or with --policy if you want that");
+    }
+    merged.hide_home = *layer.hide_home;
+  }
+  RETURN_IF_ERROR(MergeEnv(layer, &merged));
+  if (!layer.source.empty()) merged.sources.push_back(layer.source);
+  *policy = std::move(merged);
+  return absl::OkStatus();
+}
+
+Policy DefaultPolicy(const PathContext& paths) {
+  Policy policy;
+  if (absl::StartsWith(paths.home, "/")) {
+    for (absl::string_view name : kDefaultDenyReadUnderHome) {
+      policy.deny_read.push_back(JoinPath(paths.home, name));
+    }
+  }
+  return policy;
+}
+
+std::string UserPolicyPath(const PathContext& paths) {
+  if (paths.home.empty()) return "";
+  return JoinPath(paths.home, ".config/moat/policy.yaml");
+}
+
+std::vector<std::string> ProjectPolicyPaths(const PathContext& paths) {
+  return {JoinPath(paths.cwd, ".moat/policy.yaml"), JoinPath(paths.cwd, ".pi/sandbox.json")};
+}
+
+std::vector<std::string> MandatoryDenyWrite(const Policy& policy, const PathContext& paths) {
+  std::vector<std::string> candidates;
+  for (const std::string& root : policy.allow_write) {
+    for (absl::string_view name : kProtectedUnderEachRoot) {
+      candidates.push_back(JoinPath(root, name));
+    }
+  }
+  if (absl::StartsWith(paths.home, "/")) {
+    for (absl::string_view name : kProtectedUnderHome) {
+      std::string path = JoinPath(paths.home, name);
+      bool writable = std::any_of(policy.allow_write.begin(), policy.allow_write.end(),
+                                  [&](const std::string& root) { return IsPathUnder(path, root); });
+      if (writable) candidates.push_back(std::move(path));
+    }
+  }
+  std::vector<std::string> out;
+  for (std::string& path : candidates) {
+    bool denied = std::any_of(policy.deny_write.begin(), policy.deny_write.end(),
+                              [&](const std::string& d) { return IsPathUnder(path, d); });
+    if (!denied) AppendUnique(&out, std::move(path));
+  }
+  return out;
+}
+
+absl::StatusOr<Policy> ResolvePolicy(const PolicySources& sources) {
+  const PathContext& paths = sources.paths;
+  if (!absl::StartsWith(paths.cwd, "/")) {
+    return absl::InvalidArgumentError(absl::StrCat("resolve policy: the working directory ",
+                                                   QuoteForMessage(paths.cwd),
+                                                   " is not an absolute path"));
+  }
+  Policy policy = DefaultPolicy(paths);
+
+  // Reads and applies one file; `optional` files that do not exist are skipped.
+  auto apply_file = [&](const std::string& path, LayerTrust trust, bool optional) -> absl::Status {
+    absl::StatusOr<PolicyLayer> layer = ParsePolicyFile(path, paths);
+    if (optional && absl::IsNotFound(layer.status())) return absl::OkStatus();
+    if (!layer.ok()) return layer.status();
+    return ApplyLayer(*layer, trust, &policy);
+  };
+
+  if (std::string user = UserPolicyPath(paths); !user.empty()) {
+    RETURN_IF_ERROR(apply_file(user, LayerTrust::kTrusted, /*optional=*/true));
+  }
+  for (const std::string& project : ProjectPolicyPaths(paths)) {
+    RETURN_IF_ERROR(apply_file(project, LayerTrust::kProject, /*optional=*/true));
+  }
+  if (sources.explicit_file) {
+    RETURN_IF_ERROR(apply_file(*sources.explicit_file, LayerTrust::kTrusted, /*optional=*/false));
+  }
+  if (!LayerIsEmpty(sources.flags)) {
+    PolicyLayer flags = sources.flags;
+    if (flags.source.empty()) flags.source = "command line";
+    RETURN_IF_ERROR(ApplyLayer(flags, LayerTrust::kTrusted, &policy));
+  }
+  for (std::string& path : MandatoryDenyWrite(policy, paths)) {
+    policy.deny_write.push_back(std::move(path));
+  }
+  return policy;
+}
+
+}  // namespace moat::sandbox

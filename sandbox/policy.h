@@ -1,0 +1,141 @@
+// The sandbox policy: what a run may reach (network, files) and what it may use (limits), and how
+// it is assembled from layers:
+//
+//   built-in default < user file < project files < --policy FILE < command-line flags
+//   (~/.config/moat/policy.yaml)  (./.moat/policy.yaml, ./.pi/sandbox.json)
+//
+// Trusted layers (user file, --policy, flags) replace allow lists and limits. A project layer
+// comes from whatever repository the user cloned, so it may only tighten: lower limits, narrow
+// allow lists, add denials, keep the home hidden. Deny lists are unions in every layer.
+//
+// Parsing of one file lives in policy_file.cc; merging and resolution in policy.cc.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace moat::sandbox {
+
+struct Limits {
+  uint64_t memory_bytes = 512ull << 20;
+  uint64_t pids = 256;
+  double cpus = 1.0;
+  absl::Duration cpu_timeout = absl::Seconds(30);
+  absl::Duration wall_timeout = absl::Seconds(60);
+  uint64_t tmpfs_bytes = 64ull << 20;  // each of /tmp and /workspace
+};
+
+struct Policy {
+  Limits limits;
+  std::vector<std::string> allowed_domains;  // normalised DomainPattern texts
+  std::vector<std::string> denied_domains;
+  std::vector<std::string> deny_read;  // absolute, lexically normalised host paths
+  std::vector<std::string> allow_write;
+  std::vector<std::string> deny_write;  // stay read-only even under allow_write
+  bool hide_home = true;
+  std::vector<std::pair<std::string, std::string>> env;  // in order; later layers override names
+  std::vector<std::string> sources;                      // layers that contributed, in layer order
+};
+
+struct PathContext {
+  std::string home;  // for "~"; may be empty, then "~" in a policy is an error
+  std::string cwd;   // absolute; for relative paths and for finding project files
+};
+
+// One layer as written: only the keys that were present are set. Paths are absolute and
+// normalised (ParsePolicyText resolves "~" and relative paths; the CLI uses ResolvePolicyPath).
+struct PolicyLayer {
+  std::string source;  // file path, or e.g. "command line"
+  std::optional<uint64_t> memory_bytes, pids, tmpfs_bytes;
+  std::optional<double> cpus;
+  std::optional<absl::Duration> cpu_timeout, wall_timeout;
+  std::optional<std::vector<std::string>> allowed_domains, denied_domains;
+  std::optional<std::vector<std::string>> deny_read, allow_write, deny_write;
+  std::optional<bool> hide_home;
+  std::vector<std::pair<std::string, std::string>> env;
+};
+
+enum class LayerTrust { kTrusted, kProject };
+
+// Parses one policy document (YAML, or JSON if `is_json`) into a layer. `source` names it in
+// errors: `policy file "<source>": key "limits.memory": invalid size "12Q" (use e.g. 512M, 1G)`.
+// Unknown keys, and sandbox-runtime keys moat does not implement that could widen the sandbox,
+// are errors. Implemented in policy_file.cc.
+absl::StatusOr<PolicyLayer> ParsePolicyText(absl::string_view text, absl::string_view source,
+                                            bool is_json, const PathContext& paths);
+
+// Reads and parses a file: ".json" files as JSON, anything else as YAML. The file must be a
+// regular file of at most 1 MiB. Implemented in policy_file.cc.
+absl::StatusOr<PolicyLayer> ParsePolicyFile(const std::string& path, const PathContext& paths);
+
+// Validates `layer` and merges it into `policy` under the rules above. On error `policy` is left
+// unchanged and the message names the layer, the key and, for a project layer that tries to
+// widen, the value it tried and what the layers below allow.
+absl::Status ApplyLayer(const PolicyLayer& layer, LayerTrust trust, Policy* policy);
+
+struct PolicySources {
+  PathContext paths;
+  std::optional<std::string> explicit_file;  // --policy FILE
+  PolicyLayer flags;                         // built by the CLI from its flags
+};
+
+// Default < user file < project files < explicit file < flags. Missing optional files are skipped;
+// an unreadable or invalid one is an error. Finally adds the mandatory write protections.
+absl::StatusOr<Policy> ResolvePolicy(const PolicySources& sources);
+
+// ---- Building blocks, exposed for the CLI and for tests. ----
+
+// The built-in default layer: the Limits defaults, no network, nothing writable, the home hidden,
+// and the usual credential stores under `paths.home` denied for reading in case a later layer
+// shows the home. Its source is "built-in default" (not added to Policy::sources).
+Policy DefaultPolicy(const PathContext& paths);
+
+// Where ResolvePolicy looks for files (project files in layer order).
+std::string UserPolicyPath(const PathContext& paths);  // "" if paths.home is empty
+std::vector<std::string> ProjectPolicyPaths(const PathContext& paths);
+
+// Resolves a path as written in a policy: "~" and "~/..." against paths.home, relative paths
+// against paths.cwd, then lexical normalisation ("a/./b/../c/" -> "a/c"; ".." stops at "/").
+// Refuses empty paths, NUL and control bytes, "~user", and glob characters ("*", "?", "[") since
+// moat binds exact paths and a pattern would silently protect nothing.
+absl::StatusOr<std::string> ResolvePolicyPath(absl::string_view raw, const PathContext& paths);
+
+// Lexical normalisation of an absolute path; no filesystem access.
+std::string NormalizeAbsolutePath(absl::string_view path);
+
+// Whether `path` is `root` or inside it (both absolute and normalised): "/a/b" is under "/a",
+// "/ab" is not.
+bool IsPathUnder(absl::string_view path, absl::string_view root);
+
+// Paths that stay read-only under any allowed write root because writing them lets sandboxed code
+// run outside the sandbox later (git hooks and config, shell start-up files, editor task files)
+// or widen the next run (moat's own user policy). Relative names are taken under each allow_write
+// root; home-relative ones apply when the home is inside a root. Returns those not already denied.
+std::vector<std::string> MandatoryDenyWrite(const Policy& policy, const PathContext& paths);
+
+// `policy file "<source>"` for file layers, the source as is otherwise ("command line").
+std::string DescribeSource(absl::string_view source);
+
+// Checks an environment variable for the sandbox: name [A-Za-z_][A-Za-z0-9_]*, value without NUL.
+absl::Status ValidateEnvVar(absl::string_view name, absl::string_view value);
+
+// Validation shared by files and flags: the message says what is wrong with `value`, not where;
+// callers prefix the layer and key.
+absl::Status ValidateMemory(uint64_t bytes);
+absl::Status ValidatePids(uint64_t pids);
+absl::Status ValidateCpus(double cpus);
+absl::Status ValidateTimeout(absl::Duration timeout);
+absl::Status ValidateTmpfsSize(uint64_t bytes);
+
+inline constexpr uint64_t kMaxPids = 4194304;  // the kernel's PID_MAX_LIMIT on 64-bit
+inline constexpr absl::Duration kMinTimeout = absl::Milliseconds(1);
+
+}  // namespace moat::sandbox
