@@ -1,7 +1,6 @@
 #include "sandbox/policy.h"
 
 #include <algorithm>
-#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,8 +44,8 @@ constexpr absl::string_view kProtectedUnderHome[] = {
 
 absl::Status KeyError(const PolicyLayer& layer, absl::string_view key, absl::string_view message,
                       absl::StatusCode code = absl::StatusCode::kInvalidArgument) {
-  return absl::Status(code,
-                      absl::StrCat(DescribeSource(layer.source), ": key \"", key, "\": ", message));
+  return absl::Status(code, absl::StrCat(DescribeSource(layer.source), ": key ",
+                                         QuoteForMessage(key), ": ", message));
 }
 
 absl::Status WideningError(const PolicyLayer& layer, absl::string_view key,
