@@ -5,10 +5,14 @@
 // What the program does, on either arch:
 //   foreign arch (i386 or x32 on x86-64, arm on arm64)    -> KILL_PROCESS
 //   allowed syscall (or allowed argument)                 -> ALLOW
-//   violation (mount, unshare, clone(CLONE_NEW*), ...)    -> USER_NOTIF if notifying,
-//                                                            else ERRNO(EPERM / EAFNOSUPPORT)
+//   violation (mount, unshare, clone(CLONE_NEW*), ...)    -> USER_NOTIF if notifying, else
+//                                                            ERRNO(EPERM), or ERRNO(EAFNOSUPPORT)
+//                                                            for socket families: the answer
+//                                                            the supervisor would give
 //   clone3                                                -> ERRNO(ENOSYS)
+//   socket of another family below 64                     -> ERRNO(EAFNOSUPPORT)
 //   anything else                                         -> ERRNO(EPERM)
+// The rules themselves are in seccomp_policy.cc.
 #pragma once
 
 #include <linux/filter.h>

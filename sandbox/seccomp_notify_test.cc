@@ -1,6 +1,7 @@
 #include "sandbox/seccomp_notify.h"
 
 #include <fcntl.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sched.h>
@@ -216,6 +217,67 @@ TEST_F(SeccompNotifyTest, DeadTargetIsNotFound) {
       HandleSeccompNotification(child.listener(), NativeArch());
   alarm(0);
   EXPECT_EQ(violation.status().code(), absl::StatusCode::kNotFound) << violation.status();
+}
+
+// Runs `argv` under the notifying filter and plays supervisor until every process holding the
+// filter has exited: the loop a real supervisor runs, reduced to a test.
+struct SupervisedRun {
+  int status = -1;
+  std::vector<std::string> violations;
+};
+
+SupervisedRun RunSupervised(const SeccompProgram& program, std::vector<const char*> argv) {
+  argv.push_back(nullptr);
+  NotifyingChild child = NotifyingChild::Start(program, [&](int) {
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, STDOUT_FILENO);
+    dup2(null, STDERR_FILENO);
+    execv(argv[0], const_cast<char* const*>(argv.data()));
+    _exit(127);
+  });
+  SupervisedRun run;
+  if (child.listener() < 0) return run;
+  // POLLHUP: no process uses the filter any more (the child and all it started are gone).
+  for (int rounds = 0; rounds < 3000; ++rounds) {
+    struct pollfd pfd = {child.listener(), POLLIN, 0};
+    if (poll(&pfd, 1, 100) < 0) break;
+    if (pfd.revents & POLLIN) {
+      absl::StatusOr<SeccompViolation> violation =
+          HandleSeccompNotification(child.listener(), NativeArch());
+      if (violation.ok()) run.violations.push_back(violation->syscall);
+      continue;
+    }
+    if (pfd.revents & (POLLHUP | POLLERR)) break;
+  }
+  run.status = child.Wait();
+  return run;
+}
+
+TEST_F(SeccompNotifyTest, OrdinaryProgramsRaiseNoViolations) {
+  // Violations feed alerts: an ordinary program that trips one would be noise.
+  const std::vector<std::vector<const char*>> programs = {
+      {"/bin/sh", "-c", "ls / | wc -l && echo hi > /dev/null"},
+      {"/usr/bin/python3", "-c",
+       "import socket, subprocess, threading; socket.socket(); "
+       "threading.Thread(target=print).start(); subprocess.run(['/bin/true'], check=True)"},
+      {"/usr/bin/node", "-e", "require('child_process').execFileSync('/bin/true')"},
+      {"/usr/bin/git", "--version"},
+  };
+  for (const auto& argv : programs) {
+    if (access(argv[0], X_OK) != 0) continue;
+    SupervisedRun run = RunSupervised(*program_, argv);
+    EXPECT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0)
+        << argv[0] << ": wait status " << run.status;
+    EXPECT_THAT(run.violations, ::testing::IsEmpty()) << argv[0];
+  }
+}
+
+TEST_F(SeccompNotifyTest, ViolationsOfAnExecutedProgramAreReported) {
+  if (access("/usr/bin/unshare", X_OK) != 0) GTEST_SKIP() << "util-linux unshare not installed";
+  SupervisedRun run = RunSupervised(*program_, {"/usr/bin/unshare", "--user", "/bin/true"});
+  EXPECT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) != 0)
+      << "unshare should fail; wait status " << run.status;
+  EXPECT_THAT(run.violations, ::testing::ElementsAre("unshare"));
 }
 
 TEST_F(SeccompNotifyTest, BadListenerIsAnError) {
