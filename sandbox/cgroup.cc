@@ -171,9 +171,10 @@ class SplitCgroup final : public Cgroup {
     return v1_->KillAll();  // catches a process that AddProcess moved into v1 only
   }
   absl::Status Destroy() override {
-    RETURN_IF_ERROR(KillAll());
-    RETURN_IF_ERROR(v2_->Destroy());
-    return v1_->Destroy();
+    absl::Status status = KillAll();
+    status.Update(v2_->Destroy());
+    status.Update(v1_->Destroy());
+    return status;
   }
   std::vector<std::string> paths() const override {
     std::vector<std::string> all = v1_->paths();

@@ -177,10 +177,12 @@ absl::Status CgroupV1::KillAll() {
 
 absl::Status CgroupV1::Destroy() {
   if (destroyed_) return absl::OkStatus();
-  RETURN_IF_ERROR(KillAll());
+  // Try every rmdir even if killing failed: it removes what can go, and its error says what stays.
+  absl::Status status = KillAll();
   for (const std::string& dir : dirs_) {
-    RETURN_IF_ERROR(cgroupfs::RemoveTree(dir, cgroupfs::kRemoveTimeout));
+    status.Update(cgroupfs::RemoveTree(dir, cgroupfs::kRemoveTimeout));
   }
+  if (!status.ok()) return status;
   cpuacct_usage_fd_.reset();
   destroyed_ = true;
   return absl::OkStatus();

@@ -208,8 +208,10 @@ absl::Status CgroupV2::KillAll() {
 
 absl::Status CgroupV2::Destroy() {
   if (destroyed_) return absl::OkStatus();
-  RETURN_IF_ERROR(KillAll());
-  RETURN_IF_ERROR(cgroupfs::RemoveTree(dir_, cgroupfs::kRemoveTimeout));
+  // Try the rmdir even if killing failed: it removes what can go, and its error says what stays.
+  absl::Status status = KillAll();
+  status.Update(cgroupfs::RemoveTree(dir_, cgroupfs::kRemoveTimeout));
+  if (!status.ok()) return status;
   dir_fd_.reset();
   cpu_stat_fd_.reset();
   destroyed_ = true;
