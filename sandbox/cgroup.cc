@@ -99,16 +99,23 @@ std::vector<bool> VisibleMounts(const std::vector<MountEntry>& mounts) {
   return visible;
 }
 
-// Super options of a v1 cgroup mount that are not controller names.
+// Super options of a v1 cgroup mount that are not controller names ("name=..." has a '=').
+constexpr absl::string_view kV1MountOptions[] = {
+    "rw",
+    "ro",
+    "none",
+    "noprefix",
+    "clone_children",
+    "xattr",
+    "cpuset_v2_mode",
+    "favordynmods",
+    "nofavordynmods",
+};
+
 bool IsV1Controller(absl::string_view option) {
-  static const char* const kNotControllers[] = {"rw",           "ro",
-                                                "noprefix",     "clone_children",
-                                                "xattr",        "cpuset_v2_mode",
-                                                "favordynmods", "nofavordynmods",
-                                                "none"};
-  if (option.empty() || option.find('=') != absl::string_view::npos) return false;  // name=...
-  return std::find(std::begin(kNotControllers), std::end(kNotControllers), option) ==
-         std::end(kNotControllers);
+  if (option.empty() || option.find('=') != absl::string_view::npos) return false;
+  return std::find(std::begin(kV1MountOptions), std::end(kV1MountOptions), option) ==
+         std::end(kV1MountOptions);
 }
 
 // When a hierarchy is mounted more than once, prefer the usual place.
@@ -203,8 +210,9 @@ bool ProcessExists(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
 // Kills everything in one stale sandbox's directories (one per hierarchy).
 absl::Status KillStale(const std::vector<std::string>& dirs) {
   for (const std::string& dir : dirs) {
+    // A failure here is not final: the freeze-and-kill loop below covers it.
     const std::string kill_file = dir + "/cgroup.kill";
-    if (cgroupfs::Exists(kill_file)) RETURN_IF_ERROR(cgroupfs::WriteFile(kill_file, "1"));
+    if (cgroupfs::Exists(kill_file)) cgroupfs::WriteFile(kill_file, "1").IgnoreError();
   }
   auto set_frozen = [&dirs](bool frozen) {
     absl::Status status;
