@@ -231,7 +231,12 @@ void TerminalFilter::FilterTo(absl::string_view chunk, std::string* out) {
       hi = 0xBF;
     }
     if (k == lead.len) {
-      Step(cp, view(p, k), out);
+      if (state_ == State::kText && cp >= 0xA0) {  // fast path: a non-control character
+        out->append(reinterpret_cast<const char*>(p), k);
+        cr_pending_ = false;
+      } else {
+        Step(cp, view(p, k), out);
+      }
       p += k;
     } else if (p + k < end) {  // ill-formed: the maximal valid prefix is one U+FFFD
       StepInvalid(b, k, out);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <string_view>
@@ -51,6 +52,10 @@ constexpr CharClass kAuthorityEnd = [] {
 // The first byte of everything the scanner looks for; all other bytes are skipped at once.
 constexpr CharClass kTrigger = MakeClass(false, false, false, "sSraAgxe:-");
 
+// One left-to-right pass: at each trigger byte, the matchers for that byte look for a secret that
+// starts there (or, for key = value forms and URLs, whose value follows). A match moves the scan
+// past it; matchers only look forward from their trigger and stop at the end of their token, so
+// the pass is linear.
 class Scanner {
  public:
   Scanner(absl::string_view text, bool cut) : s_(text), n_(text.size()), cut_(cut) {}
@@ -61,6 +66,11 @@ class Scanner {
     while (i < n_) {
       while (i < n_ && !kTrigger[At(i)]) ++i;
       if (i == n_) break;
+      // Every letter trigger needs a word start; most letters are inside words.
+      if (i > 0 && kAlnum[At(i)] && kAlnum[At(i - 1)]) {
+        ++i;
+        continue;
+      }
       if (std::optional<SecretSpan> m = MatchAt(i)) {
         spans.push_back(*m);
         i = m->end;  // spans start at or after `i` and are never empty, so this moves forward
@@ -103,9 +113,10 @@ class Scanner {
     }
     return false;
   }
-  // A token body of `len` bytes ending at `end` is long enough to be a secret, or is the visible
-  // part of one that the truncation cut off.
+  // The text was cut and a token body of `len` visible bytes runs into the cut: whatever its
+  // length, it is the start of a secret whose rest is gone.
   bool CutAtEnd(size_t len, size_t end) const { return cut_ && end == n_ && len > 0; }
+  // A body long enough to be a whole secret, or the visible part of a cut one.
   bool LongEnough(size_t len, size_t end, size_t min_len) const {
     return len >= min_len || CutAtEnd(len, end);
   }

@@ -26,7 +26,8 @@
 // text is reported even when it is too short to be a whole secret, as long as its identifying
 // prefix is complete and at least one character of the secret part is visible ("sk-pro",
 // "AKIAIOS", "Bearer ab", "https://u:pa", "-----BEGIN RSA PRIV"): the rest was cut off, and the
-// visible part must not leak.
+// visible part must not leak. This errs on the safe side: a cut "https://host:80" loses its port,
+// a cut "-----BEGIN CERT" is masked.
 #pragma once
 
 #include <cstddef>
