@@ -89,11 +89,15 @@ TEST_F(CgroupRootTest, WritesLimitsIntoTheKernelAndDestroyRemovesEveryDirectory)
   if (OnV1("memory")) {
     EXPECT_EQ(Read(Dir("memory", "limits") + "/memory.limit_in_bytes"), "67108864\n");
     const std::string memsw = Dir("memory", "limits") + "/memory.memsw.limit_in_bytes";
-    if (std::filesystem::exists(memsw)) EXPECT_EQ(Read(memsw), "67108864\n");
+    if (std::filesystem::exists(memsw)) {
+      EXPECT_EQ(Read(memsw), "67108864\n");
+    }
   } else {
     EXPECT_EQ(Read(Dir("memory", "limits") + "/memory.max"), "67108864\n");
     const std::string swap = Dir("memory", "limits") + "/memory.swap.max";
-    if (std::filesystem::exists(swap)) EXPECT_EQ(Read(swap), "0\n");
+    if (std::filesystem::exists(swap)) {
+      EXPECT_EQ(Read(swap), "0\n");
+    }
   }
   EXPECT_EQ(Read(Dir("pids", "limits") + "/pids.max"), "16\n");
 
@@ -295,7 +299,10 @@ TEST_F(CgroupRootTest, SplitAcrossV1AndV2WhenCpuacctIsOnlyOnV2) {
   EXPECT_EQ((*cgroup)->clone_into_fd(), -1);  // CLONE_INTO_CGROUP would miss the v1 part
 
   TestChild child([] {
-    testing::BurnCpu(50'000'000);
+    // Fresh pages, charged to the new memory cgroup (a forked child's inherited pages stay
+    // charged where they were), so that peak memory is non-zero.
+    std::vector<char> touched(4 << 20, 1);
+    testing::BurnCpu(50'000'000 + touched[12345]);
     ::pause();
     return 0;
   });

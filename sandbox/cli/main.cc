@@ -1,7 +1,41 @@
-// Placeholder entry point; the real CLI lands with the runtime.
+// moat: run untrusted code in a kernel-enforced sandbox. This file only dispatches subcommands.
 #include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
 
-int main() {
-  std::fprintf(stderr, "moat: not built yet\n");
+#include "sandbox/cli/run_command.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    R"(moat: run untrusted, model-generated code in a disposable, kernel-enforced sandbox
+
+usage: moat run [OPTIONS] -- COMMAND [ARG...]   run COMMAND in a fresh sandbox (moat run --help)
+       moat --help                              this help
+       moat --version                           print the version
+
+The sandbox: user, pid, mount, network, uts, ipc and cgroup namespaces (root inside is an
+unprivileged user outside); a read-only host view with credentials and host sockets hidden;
+private /tmp and /workspace; no network; no capabilities; a seccomp filter; cgroup limits on
+memory, processes and CPU; wall-clock and CPU-time limits; output cleaned with --json.
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? 125 : 0;
+  }
+  if (args[0] == "--version") {
+    std::printf("moat %s\n", MOAT_VERSION);
+    return 0;
+  }
+  if (args[0] == "run") {
+    return moat::cli::RunCommandMain(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+  std::fprintf(stderr, "moat: unknown command \"%s\" (see moat --help)\n", args[0].c_str());
   return 125;
 }

@@ -1,0 +1,147 @@
+#include "sandbox/cli/run_command.h"
+
+#include <pwd.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "sandbox/cli/run_flags.h"
+#include "sandbox/host_view.h"
+#include "sandbox/policy.h"
+#include "sandbox/runner.h"
+#include "sandbox/units.h"
+#include "sandbox/util/status_macros.h"
+
+namespace moat::cli {
+namespace {
+
+// Nothing ran: the sandbox could not be set up (or was asked for wrongly).
+constexpr int kSetupFailed = 125;
+
+int Fail(absl::string_view message) {
+  std::fprintf(stderr, "moat run: %.*s\n", static_cast<int>(message.size()), message.data());
+  return kSetupFailed;
+}
+
+std::string HomeDirectory() {
+  if (const char* home = std::getenv("HOME"); home && *home) return home;
+  if (struct passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_dir) return pw->pw_dir;
+  return "/";
+}
+
+std::string CurrentDirectory() {
+  char buf[4096];
+  return ::getcwd(buf, sizeof(buf)) ? std::string(buf) : std::string("/");
+}
+
+absl::StatusOr<sandbox::RunRequest> BuildRequest(const RunFlags& flags) {
+  sandbox::PolicySources sources;
+  sources.paths.home = HomeDirectory();
+  sources.paths.cwd = CurrentDirectory();
+  sources.explicit_file = flags.policy_file;
+  sources.flags = flags.layer;
+  ASSIGN_OR_RETURN(sandbox::Policy policy, sandbox::ResolvePolicy(sources));
+  if (!policy.allowed_domains.empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "network.allowedDomains (", policy.allowed_domains.front(),
+        ", ...): egress through the allowlisting proxy is not available in this build, and moat "
+        "never opens the network without it. Remove the allowed domains; the sandbox has no "
+        "network."));
+  }
+  sandbox::HostContext host = sandbox::CurrentHostContext();
+  host.home = sources.paths.home;
+  std::optional<std::string> workspace;
+  if (flags.workspace) {
+    char resolved[PATH_MAX];
+    if (::realpath(flags.workspace->c_str(), resolved) == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--workspace: cannot use \"", *flags.workspace, "\": ", strerror(errno)));
+    }
+    workspace = resolved;
+  }
+  ASSIGN_OR_RETURN(sandbox::MountOptions mounts, sandbox::MountOptionsFor(policy, host, workspace));
+
+  sandbox::RunRequest request;
+  request.argv = flags.command;
+  request.env = policy.env;
+  request.limits = policy.limits;
+  request.mounts = std::move(mounts);
+  request.capture = flags.json;
+  const char* trace = std::getenv("MOAT_TRACE");
+  request.trace = trace != nullptr && *trace != '\0' && std::string(trace) != "0";
+  if (!flags.json) {
+    request.filter_live = ::isatty(1) || ::isatty(2);
+    if (!::isatty(0)) request.stdin_fd = 0;  // piped or redirected input goes in; a terminal not
+  }
+  return request;
+}
+
+void ExplainEnding(const sandbox::RunResult& r, const sandbox::RunRequest& request) {
+  switch (r.status) {
+    case sandbox::RunStatus::kWallTimeout:
+      std::fprintf(stderr, "moat: wall-clock limit (%s) reached; the command was killed\n",
+                   absl::FormatDuration(request.limits.wall_timeout).c_str());
+      break;
+    case sandbox::RunStatus::kCpuTimeout:
+      std::fprintf(stderr, "moat: CPU-time limit (%s) reached; the command was killed\n",
+                   absl::FormatDuration(request.limits.cpu_timeout).c_str());
+      break;
+    case sandbox::RunStatus::kOomKilled:
+      std::fprintf(stderr, "moat: memory limit (%s) reached; the command was killed\n",
+                   sandbox::FormatSize(request.limits.memory_bytes).c_str());
+      break;
+    default:
+      break;
+  }
+  for (const sandbox::Violation& v : r.violations) {
+    std::fprintf(stderr, "moat: violation (%s): %s\n", v.kind.c_str(), v.detail.c_str());
+  }
+}
+
+}  // namespace
+
+int RunCommandMain(const std::vector<std::string>& args) {
+  absl::StatusOr<RunFlags> flags = ParseRunFlags(args);
+  if (!flags.ok()) return Fail(flags.status().message());
+  if (flags->help) {
+    std::fputs(kRunUsage, stdout);
+    return 0;
+  }
+  // Interrupts and terminations stop the sandbox and clean up instead of killing moat outright.
+  // Blocked before any thread starts, so that none of them takes the signal.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop_signals, sig);
+  ::sigprocmask(SIG_BLOCK, &stop_signals, nullptr);
+  int cancel_fd = ::signalfd(-1, &stop_signals, SFD_CLOEXEC);
+  if (cancel_fd < 0) return Fail("cannot watch for interrupts (signalfd)");
+
+  // The runner first: it starts the slow cgroup warm-up, which then overlaps the policy work.
+  absl::StatusOr<std::unique_ptr<sandbox::Runner>> runner = sandbox::Runner::Create();
+  if (!runner.ok()) return Fail(runner.status().message());
+  absl::StatusOr<sandbox::RunRequest> request = BuildRequest(*flags);
+  if (!request.ok()) return Fail(request.status().message());
+
+  // A reader that goes away must not kill the supervisor before it has cleaned up.
+  ::signal(SIGPIPE, SIG_IGN);
+  request->cancel_fd = cancel_fd;
+  absl::StatusOr<sandbox::RunResult> result = (*runner)->Run(*request);
+  if (!result.ok()) return Fail(result.status().message());
+
+  if (flags->json) {
+    std::cout << sandbox::ToJson(*result).dump(-1, ' ', false,
+                                               nlohmann::json::error_handler_t::replace)
+              << std::endl;
+    return 0;
+  }
+  ExplainEnding(*result, *request);
+  return sandbox::ExitStatusFor(*result);
+}
+
+}  // namespace moat::cli

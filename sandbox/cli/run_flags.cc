@@ -1,0 +1,132 @@
+#include "sandbox/cli/run_flags.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "sandbox/units.h"
+#include "sandbox/util/status_macros.h"
+
+namespace moat::cli {
+
+const char kRunUsage[] = R"(usage: moat run [OPTIONS] -- COMMAND [ARG...]
+
+Runs COMMAND in a fresh sandbox: its own user, pid, mount, network, uts, ipc and cgroup
+namespaces; a read-only view of the host with credentials, homes and host sockets hidden; private
+/tmp and /workspace (the working directory); no network; no capabilities; a seccomp filter; and
+limits on memory, processes, CPU and time.
+
+Options:
+  --policy FILE        policy file (YAML or JSON), on top of ~/.config/moat/policy.yaml and the
+                       project's .moat/policy.yaml or .pi/sandbox.json (which may only tighten)
+  --memory SIZE        memory limit, e.g. 64M, 1G            (default 512M)
+  --pids N             process limit                          (default 256)
+  --cpus X             CPU quota in cores, e.g. 0.5           (default 1)
+  --cpu-timeout DUR    CPU-time limit, e.g. 500ms, 2s, 1m     (default 30s)
+  --wall-timeout DUR   wall-clock limit                       (default 60s)
+  --tmpfs-size SIZE    size of /tmp and of /workspace, each   (default 64M)
+  --workspace DIR      bind this host directory read-write at /workspace instead of a tmpfs
+  --env NAME=VALUE     set a variable inside (repeatable)
+  --json               print one JSON result object instead of the command's output
+  -h, --help           show this help
+
+Exit status without --json: the command's; 128+N if killed by signal N; 124 on a wall or CPU
+timeout; 125 if the sandbox could not be set up. With --json: 0 whenever the sandbox ran, 125 if
+it could not be set up.
+)";
+
+namespace {
+
+absl::Status BadValue(absl::string_view flag, const absl::Status& why) {
+  return absl::InvalidArgumentError(absl::StrCat(flag, ": ", why.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<RunFlags> ParseRunFlags(const std::vector<std::string>& args) {
+  RunFlags flags;
+  flags.layer.source = "command line";
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg == "-h" || arg == "--help") {
+      flags.help = true;
+      continue;
+    }
+    if (arg == "--json") {
+      flags.json = true;
+      continue;
+    }
+    if (!absl::StartsWith(arg, "-")) break;  // the command starts here
+
+    std::string name = arg;
+    std::optional<std::string> value;
+    if (size_t eq = arg.find('='); absl::StartsWith(arg, "--") && eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+    }
+    static const char* const kValued[] = {"--policy",     "--memory",      "--pids",
+                                          "--cpus",       "--cpu-timeout", "--wall-timeout",
+                                          "--tmpfs-size", "--workspace",   "--env"};
+    bool known = false;
+    for (const char* k : kValued) known = known || name == k;
+    if (!known) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown option \"", arg, "\" (see moat run --help)"));
+    }
+    if (!value) {
+      if (i + 1 >= args.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(name, " needs a value"));
+      }
+      value = args[++i];
+    }
+    sandbox::PolicyLayer& l = flags.layer;
+    if (name == "--policy") {
+      if (value->empty()) return absl::InvalidArgumentError("--policy needs a file name");
+      flags.policy_file = *value;
+    } else if (name == "--workspace") {
+      if (value->empty()) return absl::InvalidArgumentError("--workspace needs a directory");
+      flags.workspace = *value;
+    } else if (name == "--memory") {
+      absl::StatusOr<uint64_t> v = sandbox::ParseSize(*value);
+      if (!v.ok()) return BadValue(name, v.status());
+      l.memory_bytes = *v;
+    } else if (name == "--tmpfs-size") {
+      absl::StatusOr<uint64_t> v = sandbox::ParseSize(*value);
+      if (!v.ok()) return BadValue(name, v.status());
+      l.tmpfs_bytes = *v;
+    } else if (name == "--pids") {
+      uint64_t n = 0;
+      if (value->empty() || value->find_first_not_of("0123456789") != std::string::npos ||
+          value->size() > 9 || (n = std::stoull(*value)) == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--pids: invalid process limit \"", *value, "\" (a whole number > 0)"));
+      }
+      l.pids = n;
+    } else if (name == "--cpus") {
+      absl::StatusOr<double> v = sandbox::ParseCpus(*value);
+      if (!v.ok()) return BadValue(name, v.status());
+      l.cpus = *v;
+    } else if (name == "--cpu-timeout" || name == "--wall-timeout") {
+      absl::StatusOr<absl::Duration> v = sandbox::ParseDuration(*value);
+      if (!v.ok()) return BadValue(name, v.status());
+      (name == "--cpu-timeout" ? l.cpu_timeout : l.wall_timeout) = *v;
+    } else if (name == "--env") {
+      size_t eq = value->find('=');
+      if (eq == std::string::npos || eq == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--env: expected NAME=VALUE, got \"", *value, "\""));
+      }
+      l.env.emplace_back(value->substr(0, eq), value->substr(eq + 1));
+    }
+  }
+  flags.command.assign(args.begin() + i, args.end());
+  if (flags.command.empty() && !flags.help) {
+    return absl::InvalidArgumentError("no command given (usage: moat run [OPTIONS] -- COMMAND)");
+  }
+  return flags;
+}
+
+}  // namespace moat::cli

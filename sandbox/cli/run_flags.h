@@ -1,0 +1,28 @@
+// `moat run` flags: parsed and validated at the edge into a plain struct.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sandbox/policy.h"
+
+namespace moat::cli {
+
+struct RunFlags {
+  std::optional<std::string> policy_file;
+  std::optional<std::string> workspace;
+  bool json = false;
+  bool help = false;
+  sandbox::PolicyLayer layer;  // --memory, --pids, --cpus, timeouts, --tmpfs-size, --env
+  std::vector<std::string> command;
+};
+
+// `args` excludes the program name and the word "run". The command follows "--" (or starts at
+// the first argument that is not an option).
+absl::StatusOr<RunFlags> ParseRunFlags(const std::vector<std::string>& args);
+
+extern const char kRunUsage[];
+
+}  // namespace moat::cli

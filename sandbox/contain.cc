@@ -1,0 +1,206 @@
+#include "sandbox/contain.h"
+
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <initializer_list>
+#include <utility>
+
+#include "sandbox/caps.h"
+#include "sandbox/child_failure.h"
+#include "sandbox/net.h"
+#include "sandbox/seccomp_filter.h"
+
+namespace moat::sandbox {
+namespace {
+
+// Waits for one byte from the supervisor. EOF or anything unexpected means the supervisor gave
+// up (or died): stop quietly; it reports the reason.
+void AwaitSupervisor(int sync_fd, char expected) {
+  char c = 0;
+  ssize_t n;
+  do {
+    n = ::recv(sync_fd, &c, 1, 0);
+  } while (n < 0 && errno == EINTR);
+  if (n != 1 || c != expected) ::_exit(125);
+}
+
+bool SendFd(int sync_fd, int fd) {
+  char byte = 'L';
+  struct iovec iov = {&byte, 1};
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  struct msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
+  return ::sendmsg(sync_fd, &msg, MSG_NOSIGNAL) == 1;
+}
+
+// Closes every descriptor but those in `keep` (at most 8). The clone copied the supervisor's
+// whole table; in a daemon that includes other sandboxes' pipes, which must not be held open here.
+void CloseAllExcept(std::initializer_list<int> keep_list) {
+  int keep[8];
+  int n = 0;
+  for (int fd : keep_list) {
+    if (fd >= 0 && n < 8) keep[n++] = fd;
+  }
+  for (int i = 1; i < n; ++i) {  // insertion sort: tiny and allocation-free
+    for (int j = i; j > 0 && keep[j - 1] > keep[j]; --j) std::swap(keep[j - 1], keep[j]);
+  }
+  unsigned int from = 0;
+  for (int i = 0; i < n; ++i) {
+    if (static_cast<unsigned int>(keep[i]) > from) ::close_range(from, keep[i] - 1, 0);
+    from = keep[i] + 1;
+  }
+  ::close_range(from, ~0U, 0);
+}
+
+void ResetSignals() {
+  struct sigaction dfl = {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+// execve with a PATH search that needs no allocation.
+void Exec(const ContainPlan& p) {
+  const char* file = p.argv[0];
+  if (std::strchr(file, '/') != nullptr) {
+    ::execve(file, p.argv.data(), p.envp.data());
+    return;
+  }
+  int first_error = ENOENT;
+  char path[4096];
+  size_t flen = std::strlen(file);
+  for (const char* dir : p.path_dirs_c) {
+    size_t dlen = std::strlen(dir);
+    if (dlen + 1 + flen + 1 > sizeof(path)) continue;
+    std::memcpy(path, dir, dlen);
+    path[dlen] = '/';
+    std::memcpy(path + dlen + 1, file, flen + 1);
+    ::execve(path, p.argv.data(), p.envp.data());
+    if (errno != ENOENT && errno != ENOTDIR && first_error == ENOENT) first_error = errno;
+  }
+  errno = first_error;
+}
+
+// The command: the last steps, then execve. Never returns.
+[[noreturn]] void RunCommand(const ContainPlan& p) {
+  const int err = p.error_fd;
+  // A new session: no controlling terminal, so TIOCSTI has no terminal to inject into.
+  if (::setsid() < 0) ReportChildFailure(err, "new session (setsid)", nullptr, errno), ::_exit(125);
+  ResetSignals();
+  if (::dup2(p.stdin_fd, 0) < 0 || ::dup2(p.stdout_fd, 1) < 0 || ::dup2(p.stderr_fd, 2) < 0) {
+    ReportChildFailure(err, "connect standard input and output", nullptr, errno);
+    ::_exit(125);
+  }
+  if (!ApplyRlimits(p.rlimits, err)) ::_exit(125);
+  // Nothing but 0, 1 and 2 crosses execve.
+  if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+    ReportChildFailure(err, "mark descriptors close-on-exec (close_range)", nullptr, errno);
+    ::_exit(125);
+  }
+  // Seccomp last: from here on only the filter's allowlist works (sendmsg, close, execve are on
+  // it).
+  int listener = InstallSeccompProgram(p.seccomp, p.seccomp_listener);
+  if (listener < 0) {
+    ReportChildFailure(err, "seccomp: install the filter", nullptr, -listener);
+    ::_exit(125);
+  }
+  if (p.seccomp_listener) {
+    if (!SendFd(p.sync_fd, listener)) {
+      ReportChildFailure(err, "seccomp: hand the listener to the supervisor", nullptr, errno);
+      ::_exit(125);
+    }
+    ::close(listener);
+  }
+  Exec(p);
+  int e = errno;
+  ReportChildFailure(err, "execve", p.argv[0], e);
+  ::_exit(e == ENOENT ? 127 : 126);
+}
+
+}  // namespace
+
+void ContainPlan::Finalize() {
+  argv.clear();
+  for (std::string& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  envp.clear();
+  for (std::string& e : env_storage) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  path_dirs_c.clear();
+  for (const std::string& d : path_dirs) path_dirs_c.push_back(d.c_str());
+}
+
+void ContainAndRun(const ContainPlan& p) {
+  const int err = p.error_fd;
+  // If the supervisor dies, so does the sandbox (and with init, the whole pid namespace).
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  CloseAllExcept({p.stdin_fd, p.stdout_fd, p.stderr_fd, p.sync_fd, err, p.mounts->inherited_fd()});
+
+  // 1. user: root of the namespace, mapped to an unprivileged host id.
+  AwaitSupervisor(p.sync_fd, kSyncIdsMapped);
+  if (!BecomeNamespaceRoot(p.ids.privileged, err)) ::_exit(125);
+  // 2. net: only loopback.
+  if (!BringUpLoopback(err)) ::_exit(125);
+  // 3. uts.
+  if (::sethostname(p.hostname.data(), p.hostname.size()) != 0 ||
+      ::setdomainname(p.hostname.data(), p.hostname.size()) != 0) {
+    ReportChildFailure(err, "uts: set host name", nullptr, errno);
+    ::_exit(125);
+  }
+  // 4. mount: the file system view, then pivot_root.
+  if (!p.mounts->Execute(err)) ::_exit(125);
+  // 5. cgroup: the supervisor has moved us into the sandbox's cgroup; make it our root.
+  AwaitSupervisor(p.sync_fd, kSyncInCgroup);
+  if (::unshare(CLONE_NEWCGROUP) != 0) {
+    ReportChildFailure(err, "cgroup namespace (unshare)", nullptr, errno);
+    ::_exit(125);
+  }
+  // 6. privileges: none, for init and (inherited) for the command.
+  if (!DropAllCapabilities(p.last_cap, err)) ::_exit(125);
+  // Init must not be traced or inspected by the command, which runs as the same uid.
+  ::prctl(PR_SET_DUMPABLE, 0);
+
+  // 7. the command, as pid 2. A raw clone: glibc's fork() would run atfork handlers and take
+  // locks that another thread of the supervisor may have held when we were cloned.
+  long pid = ::syscall(SYS_clone, SIGCHLD, nullptr, nullptr, nullptr, nullptr);
+  if (pid < 0) {
+    ReportChildFailure(err, "start the command (clone)", nullptr, errno);
+    ::_exit(125);
+  }
+  if (pid == 0) RunCommand(p);
+
+  // Init: keep nothing the command could use, wait for it, report, and exit. The kernel then
+  // kills every process left in the pid namespace (background and setsid children included).
+  CloseAllExcept({p.sync_fd});
+  for (;;) {
+    int status = 0;
+    pid_t r = ::waitpid(-1, &status, 0);
+    if (r == pid) {
+      ::send(p.sync_fd, &status, sizeof(status), MSG_NOSIGNAL);
+      ::_exit(0);
+    }
+    if (r < 0 && errno != EINTR) ::_exit(125);
+  }
+}
+
+}  // namespace moat::sandbox

@@ -1,0 +1,71 @@
+// The ordered steps that turn a fresh clone into a sandboxed command (cf. nsjail's contain.cc).
+//
+// The child starts in new user, pid, mount, net, uts and ipc namespaces as pid 1, and runs:
+//
+//   supervisor                          child (pid 1, "init")            command (pid 2)
+//   ----------                          ---------------------            ---------------
+//   clone3 ───────────────────────────▶ wait for 'M'
+//   write uid_map/gid_map, send 'M' ──▶ become root of the user ns
+//   attach cgroup (v1: ~6 ms) ┐         loopback up, hostname
+//                             │         mounts (MountPlan), pivot_root
+//   send 'C' ◀────────────────┘ ──────▶ wait for 'C'; unshare cgroup ns
+//                                       drop capabilities, no_new_privs
+//                                       fork ──────────────────────────▶ setsid, stdio, rlimits
+//                                                                        seccomp (listener fd ─▶
+//                                                                          supervisor), execve
+//   error pipe: EOF = started           wait for the command; send its
+//   status ◀─────────────────────────── wait status; exit (the kernel
+//                                       kills everything left in the ns)
+//
+// Everything the child uses is prepared before clone: it only makes system calls on ready data.
+#pragma once
+
+#include <linux/filter.h>
+
+#include <string>
+#include <vector>
+
+#include "sandbox/mounts.h"
+#include "sandbox/rlimits.h"
+#include "sandbox/userns.h"
+
+namespace moat::sandbox {
+
+// Bytes the supervisor sends on the sync socket.
+inline constexpr char kSyncIdsMapped = 'M';
+inline constexpr char kSyncInCgroup = 'C';
+
+// Prepared data for one sandbox. Owned by the supervisor; the child reads its copy.
+struct ContainPlan {
+  IdMapping ids;
+  const MountPlan* mounts = nullptr;
+  std::vector<RlimitSetting> rlimits;
+  int last_cap = 40;
+  std::string hostname = "moat";
+
+  // The command. `argv`/`envp` point into the storage vectors and end with nullptr.
+  std::vector<std::string> argv_storage;
+  std::vector<std::string> env_storage;
+  std::vector<std::string> path_dirs;  // searched when argv[0] has no '/'
+  std::vector<char*> argv;
+  std::vector<char*> envp;
+  std::vector<const char*> path_dirs_c;
+
+  const struct sock_fprog* seccomp = nullptr;  // required
+  bool seccomp_listener = false;
+
+  // Descriptors, valid in the child (clone copies the table).
+  int stdin_fd = -1;
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+  int sync_fd = -1;   // SOCK_SEQPACKET to the supervisor
+  int error_fd = -1;  // CLOEXEC pipe; a ChildFailure record on error
+
+  // Fills argv/envp/path_dirs_c from the storage vectors. Call after changing them.
+  void Finalize();
+};
+
+// Runs in the cloned child. Never returns.
+[[noreturn]] void ContainAndRun(const ContainPlan& plan);
+
+}  // namespace moat::sandbox

@@ -1,0 +1,121 @@
+#include "sandbox/host_view.h"
+
+#include <dirent.h>
+#include <pwd.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "sandbox/util/errno_status.h"
+
+namespace moat::sandbox {
+namespace {
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool IsUnder(absl::string_view path, absl::string_view dir) {
+  if (dir == "/") return true;
+  return path == dir ||
+         (absl::StartsWith(path, dir) && path.size() > dir.size() && path[dir.size()] == '/');
+}
+
+// Paths the sandbox never sees from the host because it has its own mounts there.
+constexpr const char* kPrivateTrees[] = {"/proc", "/sys", "/dev", "/tmp", "/run", "/workspace"};
+
+}  // namespace
+
+HostContext CurrentHostContext() {
+  HostContext host;
+  if (const char* home = std::getenv("HOME"); home && *home) host.home = home;
+  if (const char* sudo_user = std::getenv("SUDO_USER"); sudo_user && *sudo_user) {
+    if (struct passwd* pw = ::getpwnam(sudo_user); pw && pw->pw_dir) host.sudo_home = pw->pw_dir;
+  }
+  return host;
+}
+
+std::vector<std::string> HostSocketPaths(const std::string& proc_net_unix) {
+  std::vector<std::string> paths;
+  std::ifstream in(proc_net_unix);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    // Num RefCount Protocol Flags Type St Inode Path
+    std::vector<absl::string_view> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (fields.size() >= 8 && absl::StartsWith(fields[7], "/")) {
+      paths.emplace_back(fields[7]);
+    }
+  }
+  return paths;
+}
+
+absl::StatusOr<MountOptions> MountOptionsFor(const Policy& policy, const HostContext& host,
+                                             const std::optional<std::string>& workspace_dir) {
+  MountOptions options;
+  options.tmpfs_bytes = policy.limits.tmpfs_bytes;
+  if (workspace_dir) {
+    if (!IsDirectory(*workspace_dir)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--workspace: \"", *workspace_dir, "\" is not a directory"));
+    }
+    options.workspace_dir = *workspace_dir;
+  }
+  options.writable_paths = policy.allow_write;
+  options.readonly_paths = policy.deny_write;
+
+  std::vector<std::string> hidden;
+  // Homes: the invoking user's (and under sudo the real user's) entirely, unless the policy says
+  // otherwise; root's always. Credential stores in every home, whatever the policy.
+  std::set<std::string> homes = {"/root"};
+  if (!host.home.empty()) homes.insert(host.home);
+  if (!host.sudo_home.empty()) homes.insert(host.sudo_home);
+  if (DIR* dir = ::opendir(host.home_root.c_str())) {
+    while (struct dirent* e = ::readdir(dir)) {
+      std::string name = e->d_name;
+      if (name != "." && name != "..") homes.insert(absl::StrCat(host.home_root, "/", name));
+    }
+    ::closedir(dir);
+  }
+  for (const std::string& home : homes) {
+    for (const char* cred : kCredentialPaths) {
+      std::string path = absl::StrCat(home, "/", cred);
+      if (Exists(path)) hidden.push_back(path);
+    }
+  }
+  hidden.push_back("/root");
+  if (policy.hide_home) {
+    if (!host.home.empty() && host.home != "/") hidden.push_back(host.home);
+    if (!host.sudo_home.empty() && host.sudo_home != "/") hidden.push_back(host.sudo_home);
+  }
+  // Host sockets and shared scratch space. /var/run is normally a symlink to /run (already
+  // empty inside); hide it when it is a real directory.
+  if (IsDirectory("/var/run")) hidden.push_back("/var/run");
+  if (IsDirectory("/var/tmp")) hidden.push_back("/var/tmp");
+  for (const std::string& path : policy.deny_read) hidden.push_back(path);
+
+  std::vector<std::string> dirs_hidden = hidden;
+  for (const std::string& socket : HostSocketPaths(host.proc_net_unix)) {
+    bool covered = false;
+    for (const char* tree : kPrivateTrees) covered = covered || IsUnder(socket, tree);
+    for (const std::string& dir : dirs_hidden) covered = covered || IsUnder(socket, dir);
+    if (!covered) hidden.push_back(socket);
+  }
+  std::sort(hidden.begin(), hidden.end());
+  hidden.erase(std::unique(hidden.begin(), hidden.end()), hidden.end());
+  options.hidden_paths = std::move(hidden);
+  return options;
+}
+
+}  // namespace moat::sandbox

@@ -1,0 +1,106 @@
+#include "sandbox/host_view.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+namespace moat::sandbox {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class HostViewTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/moat-host-view-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
+  std::string Make(const std::string& rel, bool is_dir = true) {
+    std::string path = dir_ + "/" + rel;
+    std::system(("mkdir -p '" + (is_dir ? path : path.substr(0, path.rfind('/'))) + "'").c_str());
+    if (!is_dir) std::ofstream(path) << "x";
+    return path;
+  }
+  std::string dir_;
+};
+
+TEST_F(HostViewTest, ParsesPathSocketsFromProcNetUnix) {
+  std::string file = Make("unix", false);
+  std::ofstream(file)
+      << "Num       RefCount Protocol Flags    Type St Inode Path\n"
+         "0000000000000000: 00000002 00000000 00010000 0001 01 20 /run/dbus/system_bus_socket\n"
+         "0000000000000000: 00000002 00000000 00010000 0001 01 21 @/tmp/.X11-unix/X0\n"
+         "0000000000000000: 00000003 00000000 00000000 0001 03 22\n"
+         "0000000000000000: 00000002 00000000 00010000 0001 01 23 /srv/app/api.sock\n";
+  EXPECT_EQ(HostSocketPaths(file),
+            (std::vector<std::string>{"/run/dbus/system_bus_socket", "/srv/app/api.sock"}));
+}
+
+TEST_F(HostViewTest, HidesCredentialsHomesAndReachableSockets) {
+  std::string home = Make("home/alice");
+  std::string ssh = Make("home/alice/.ssh");
+  std::string bob_aws = Make("home/bob/.aws");
+  std::string netrc = Make("home/bob/.netrc", false);
+  std::string unix_file = Make("unix", false);
+  std::ofstream(unix_file) << "header\n"
+                              "0: 2 0 10000 1 1 20 /run/x.sock\n"
+                              "0: 2 0 10000 1 1 21 /srv/app/api.sock\n"
+                              "0: 2 0 10000 1 1 22 " +
+                                  home + "/agent.sock\n";
+  HostContext host;
+  host.home = home;
+  host.home_root = dir_ + "/home";
+  host.proc_net_unix = unix_file;
+  Policy policy;
+  policy.deny_read = {"/etc/shadow-test"};
+  absl::StatusOr<MountOptions> m = MountOptionsFor(policy, host, std::nullopt);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::vector<std::string>& h = m->hidden_paths;
+  EXPECT_THAT(h, Contains(home));
+  EXPECT_THAT(h, Contains(ssh));
+  EXPECT_THAT(h, Contains(bob_aws));
+  EXPECT_THAT(h, Contains(netrc));
+  EXPECT_THAT(h, Contains("/root"));
+  EXPECT_THAT(h, Contains("/etc/shadow-test"));
+  EXPECT_THAT(h, Contains("/srv/app/api.sock"));
+  EXPECT_THAT(h, Not(Contains("/run/x.sock")));         // /run is empty inside anyway
+  EXPECT_THAT(h, Not(Contains(home + "/agent.sock")));  // covered by the hidden home
+  EXPECT_THAT(h, Not(Contains(dir_ + "/home/bob")));    // other homes: only their credentials
+  EXPECT_FALSE(m->workspace_dir.has_value());
+}
+
+TEST_F(HostViewTest, HomeStaysVisibleWhenThePolicySaysSo) {
+  std::string home = Make("home/alice");
+  HostContext host;
+  host.home = home;
+  host.home_root = dir_ + "/home";
+  host.proc_net_unix = "/nonexistent";
+  Policy policy;
+  policy.hide_home = false;
+  absl::StatusOr<MountOptions> m = MountOptionsFor(policy, host, std::nullopt);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_THAT(m->hidden_paths, Not(Contains(home)));
+  EXPECT_THAT(m->hidden_paths, Contains("/root"));
+}
+
+TEST_F(HostViewTest, WorkspaceMustBeADirectory) {
+  HostContext host;
+  host.proc_net_unix = "/nonexistent";
+  absl::StatusOr<MountOptions> m = MountOptionsFor(Policy{}, host, Make("file", false));
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("is not a directory"));
+  m = MountOptionsFor(Policy{}, host, dir_);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->workspace_dir, dir_);
+}
+
+}  // namespace
+}  // namespace moat::sandbox

@@ -1,0 +1,92 @@
+#include "sandbox/idmap.h"
+
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "sandbox/util/errno_status.h"
+
+namespace moat::sandbox {
+namespace {
+
+absl::Status WriteFile(const std::string& path, const std::string& content) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(absl::StrCat("idmap: open \"", path, "\""));
+  ssize_t n = ::write(fd, content.data(), content.size());
+  int err = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(content.size())) {
+    return ErrnoStatus(absl::StrCat("idmap: write \"", path, "\""), n < 0 ? err : EIO);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<UniqueFd> MakeMappingUserNamespace(uid_t from_uid, gid_t from_gid, uid_t to_uid,
+                                                  gid_t to_gid) {
+  int pipefd[2];
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) return ErrnoStatus("idmap: pipe");
+  UniqueFd read_end(pipefd[0]), write_end(pipefd[1]);
+  struct clone_args args = {};
+  args.flags = CLONE_NEWUSER;
+  args.exit_signal = SIGCHLD;
+  long pid = ::syscall(SYS_clone3, &args, sizeof(args));
+  if (pid < 0) return ErrnoStatus("idmap: clone3(CLONE_NEWUSER)");
+  if (pid == 0) {
+    // Only holds the namespace until the parent has opened it; never touches anything else.
+    // Its copy of the write end must go, or the parent's close would never read as EOF here.
+    ::close(write_end.get());
+    char c;
+    ssize_t unused = ::read(read_end.get(), &c, 1);
+    (void)unused;
+    ::_exit(0);
+  }
+  auto reap = absl::MakeCleanup([&] {
+    write_end.reset();  // EOF releases the child
+    while (::waitpid(static_cast<pid_t>(pid), nullptr, 0) < 0 && errno == EINTR) {
+    }
+  });
+  std::string proc = absl::StrCat("/proc/", pid);
+  absl::Status s = WriteFile(proc + "/uid_map", absl::StrCat(from_uid, " ", to_uid, " 1\n"));
+  if (s.ok()) s = WriteFile(proc + "/setgroups", "deny\n");
+  if (s.ok()) s = WriteFile(proc + "/gid_map", absl::StrCat(from_gid, " ", to_gid, " 1\n"));
+  if (!s.ok()) return s;
+  int fd = ::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(absl::StrCat("idmap: open \"", proc, "/ns/user\""));
+  return UniqueFd(fd);
+}
+
+absl::StatusOr<UniqueFd> OpenIdmappedTree(const std::string& dir, uid_t to_uid, gid_t to_gid) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return ErrnoStatus(absl::StrCat("stat \"", dir, "\""));
+  absl::StatusOr<UniqueFd> userns = MakeMappingUserNamespace(st.st_uid, st.st_gid, to_uid, to_gid);
+  if (!userns.ok()) return userns.status();
+  int tree = ::open_tree(AT_FDCWD, dir.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+  if (tree < 0) return ErrnoStatus(absl::StrCat("idmap: open_tree \"", dir, "\""));
+  UniqueFd tree_fd(tree);
+  struct mount_attr attr = {};
+  attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  attr.userns_fd = static_cast<uint64_t>(userns->get());
+  if (::mount_setattr(tree_fd.get(), "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) != 0) {
+    int e = errno;
+    return absl::Status(
+        ErrnoToCode(e),
+        absl::StrCat("--workspace \"", dir, "\" is owned by uid ", st.st_uid,
+                     " but the sandbox runs as host uid ", to_uid,
+                     "; mapping it needs an idmapped mount, which failed: ", strerror(e),
+                     " (use a directory owned by uid ", to_uid,
+                     ", or a file system with idmapped mounts: ext4, xfs, btrfs, tmpfs)"));
+  }
+  return tree_fd;
+}
+
+}  // namespace moat::sandbox

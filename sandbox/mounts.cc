@@ -1,0 +1,397 @@
+#include "sandbox/mounts.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "sandbox/child_failure.h"
+#include "sandbox/util/errno_status.h"
+
+namespace moat::sandbox {
+namespace {
+
+// The new root is assembled on a tmpfs mounted here, in the child's private mount namespace.
+constexpr char kNewRoot[] = "/tmp";
+
+// Top-level names that get a fresh mount (or stay empty) instead of the host's content.
+constexpr std::array<const char*, 6> kOwnTopLevel = {"proc", "sys", "dev",
+                                                     "tmp",  "run", "workspace"};
+
+// /proc entries that reveal or touch the host kernel; covered like Docker's masked paths.
+constexpr std::array<const char*, 15> kMaskedProc = {
+    "/proc/acpi",          "/proc/asound",     "/proc/bus",         "/proc/fs",
+    "/proc/irq",           "/proc/scsi",       "/proc/kcore",       "/proc/keys",
+    "/proc/kmsg",          "/proc/timer_list", "/proc/sched_debug", "/proc/latency_stats",
+    "/proc/sysrq-trigger", "/proc/kallsyms",   "/proc/config.gz"};
+
+constexpr std::array<const char*, 5> kDevices = {"null", "zero", "full", "random", "urandom"};
+
+bool IsOwnTopLevel(const std::string& name) {
+  return std::find_if(kOwnTopLevel.begin(), kOwnTopLevel.end(),
+                      [&](const char* n) { return name == n; }) != kOwnTopLevel.end();
+}
+
+// ---- child side: async-signal-safe helpers ----
+
+int ResolveInRoot(int root_fd, const char* path) {
+  while (*path == '/') ++path;
+  if (*path == '\0') return ::fcntl(root_fd, F_DUPFD_CLOEXEC, 0);
+  struct open_how how = {};
+  how.flags = O_PATH | O_CLOEXEC;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  return static_cast<int>(::syscall(SYS_openat2, root_fd, path, &how, sizeof(how)));
+}
+
+// Errors that mean "the sandbox could not reach this path either": nothing to hide there.
+bool Unreachable(int err) {
+  return err == ENOENT || err == EACCES || err == ENOTDIR || err == ELOOP;
+}
+
+int MoveOnto(int from_fd, int to_fd) {
+  return ::move_mount(from_fd, "", to_fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH);
+}
+
+int SetAttr(int fd, const char* path, unsigned int at_flags, uint64_t attrs) {
+  struct mount_attr attr = {};
+  attr.attr_set = attrs;
+  return ::mount_setattr(fd, path, at_flags, &attr, sizeof(attr));
+}
+
+class ChildMounter {
+ public:
+  explicit ChildMounter(int error_fd) : error_fd_(error_fd) {}
+  ~ChildMounter() {
+    if (root_fd_ >= 0) ::close(root_fd_);
+  }
+
+  bool Run(const MountStep& s) {
+    switch (s.kind) {
+      case MountStep::Kind::kMakePrivate:
+        if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+          return Fail("make all mounts private", "/");
+        return true;
+      case MountStep::Kind::kTmpfs:
+        if (::mount("tmpfs", s.target, "tmpfs", s.flags, s.data) != 0)
+          return Fail("mount tmpfs", s.target);
+        return true;
+      case MountStep::Kind::kMkdir:
+        if (::mkdir(s.target, 0755) != 0 && errno != EEXIST) return Fail("mkdir", s.target);
+        return true;
+      case MountStep::Kind::kSymlink:
+        if (::symlink(s.source, s.target) != 0) return Fail("create symlink", s.target);
+        return true;
+      case MountStep::Kind::kTouch: {
+        int fd = ::open(s.target, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+        if (fd < 0) return Fail("create mount point file", s.target);
+        ::close(fd);
+        return true;
+      }
+      case MountStep::Kind::kBind:
+        if (::mount(s.source, s.target, nullptr, MS_BIND | MS_REC | s.flags, nullptr) != 0) {
+          if (s.optional && Unreachable(errno)) return true;
+          return Fail("bind mount", s.target);
+        }
+        return true;
+      case MountStep::Kind::kSetReadOnly:
+        if (SetAttr(AT_FDCWD, s.target, static_cast<unsigned int>(s.flags),
+                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV) != 0)
+          return Fail("make read-only (mount_setattr; needs Linux >= 5.12)", s.target);
+        return true;
+      case MountStep::Kind::kProc:
+        if (::mount("proc", s.target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+          return Fail("mount a fresh /proc", s.target);
+        return true;
+      case MountStep::Kind::kSysfs:
+        if (::mount("sysfs", s.target, "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                    nullptr) == 0)
+          return true;
+        // Some hosts refuse a new sysfs (it is not "fully visible" there). An empty read-only
+        // directory is stricter, so it is a safe substitute.
+        return CoverWithEmptyDir(AT_FDCWD, s.target);
+      case MountStep::Kind::kDevpts:
+        if (::mount("devpts", s.target, "devpts", MS_NOSUID | MS_NOEXEC,
+                    "newinstance,ptmxmode=0666,mode=0620") != 0)
+          return Fail("mount devpts", s.target);
+        return true;
+      case MountStep::Kind::kBindInRoot:
+        return BindInRoot(s);
+      case MountStep::Kind::kAttachInRoot: {
+        if (!EnsureRoot()) return false;
+        int dst = ResolveInRoot(root_fd_, s.target);
+        if (dst < 0) return Fail("resolve mount point", s.target);
+        int rc = MoveOnto(s.fd, dst);
+        int e = errno;
+        ::close(dst);
+        errno = e;
+        return rc == 0 || Fail("attach the idmapped workspace", s.target);
+      }
+      case MountStep::Kind::kReadOnlyInRoot:
+        return ReadOnlyInRoot(s);
+      case MountStep::Kind::kHideInRoot:
+        return HideInRoot(s);
+      case MountStep::Kind::kPivot:
+        return Pivot(s);
+    }
+    return Fail("unknown mount step", nullptr);
+  }
+
+ private:
+  bool Fail(const char* step, const char* detail) {
+    return ReportChildFailure(error_fd_, step, detail, errno);
+  }
+
+  bool EnsureRoot() {
+    if (root_fd_ >= 0) return true;
+    root_fd_ = ::open(kNewRoot, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    return root_fd_ >= 0 || Fail("open the new root", kNewRoot);
+  }
+
+  // Covers `path` (relative to `dirfd`) with a clone of the empty read-only tmpfs at /run.
+  bool CoverWithEmptyDir(int dirfd, const char* path) {
+    int clone = ::open_tree(AT_FDCWD, "/tmp/run", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (clone < 0) return Fail("clone the empty directory mount", path);
+    int rc = ::move_mount(clone, "", dirfd, path,
+                          MOVE_MOUNT_F_EMPTY_PATH | (path[0] ? 0 : MOVE_MOUNT_T_EMPTY_PATH));
+    int err = errno;
+    ::close(clone);
+    errno = err;
+    return rc == 0 || Fail("cover with an empty directory", path);
+  }
+
+  bool CoverWithNull(int target_fd, const char* path) {
+    int clone = ::open_tree(AT_FDCWD, "/dev/null", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (clone < 0) return Fail("clone /dev/null", path);
+    int rc = SetAttr(clone, "", AT_EMPTY_PATH,
+                     MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC);
+    if (rc == 0) rc = MoveOnto(clone, target_fd);
+    int err = errno;
+    ::close(clone);
+    errno = err;
+    return rc == 0 || Fail("cover with /dev/null", path);
+  }
+
+  bool HideInRoot(const MountStep& s) {
+    if (!EnsureRoot()) return false;
+    int fd = ResolveInRoot(root_fd_, s.target);
+    if (fd < 0) return Unreachable(errno) || Fail("resolve path to hide", s.target);
+    struct stat st;
+    bool ok;
+    if (::fstat(fd, &st) != 0) {
+      ok = Fail("stat path to hide", s.target);
+    } else if (S_ISDIR(st.st_mode)) {
+      ok = CoverWithEmptyDir(fd, "");
+    } else {
+      ok = CoverWithNull(fd, s.target);
+    }
+    ::close(fd);
+    return ok;
+  }
+
+  bool BindInRoot(const MountStep& s) {
+    if (!EnsureRoot()) return false;
+    int src = ::open_tree(AT_FDCWD, s.source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    if (src < 0) return Fail("open writable path", s.source);
+    int dst = ResolveInRoot(root_fd_, s.target);
+    bool ok = dst >= 0 || Fail("resolve writable path in the sandbox", s.target);
+    if (ok) {
+      ok = (SetAttr(src, "", AT_EMPTY_PATH | AT_RECURSIVE, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV) ==
+                0 &&
+            MoveOnto(src, dst) == 0) ||
+           Fail("bind writable path", s.target);
+      ::close(dst);
+    }
+    ::close(src);
+    return ok;
+  }
+
+  bool ReadOnlyInRoot(const MountStep& s) {
+    if (!EnsureRoot()) return false;
+    int dst = ResolveInRoot(root_fd_, s.target);
+    if (dst < 0) return Unreachable(errno) || Fail("resolve read-only path", s.target);
+    int clone =
+        ::open_tree(dst, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH);
+    bool ok = clone >= 0 || Fail("clone read-only path", s.target);
+    if (ok) {
+      ok = (SetAttr(clone, "", AT_EMPTY_PATH | AT_RECURSIVE,
+                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV) == 0 &&
+            MoveOnto(clone, dst) == 0) ||
+           Fail("bind read-only", s.target);
+      ::close(clone);
+    }
+    ::close(dst);
+    return ok;
+  }
+
+  bool Pivot(const MountStep& s) {
+    if (root_fd_ >= 0) {
+      ::close(root_fd_);
+      root_fd_ = -1;
+    }
+    // pivot_root(".", ".") stacks the old root on top of the new one; detaching it then leaves
+    // only the new tree. No directory of the host stays reachable.
+    if (::chdir(s.target) != 0) return Fail("chdir to the new root", s.target);
+    if (::syscall(SYS_pivot_root, ".", ".") != 0) return Fail("pivot_root", s.target);
+    if (::umount2(".", MNT_DETACH) != 0) return Fail("detach the old root", "/");
+    if (::chdir(s.source) != 0) return Fail("chdir", s.source);
+    return true;
+  }
+
+  int error_fd_;
+  int root_fd_ = -1;
+};
+
+}  // namespace
+
+const char* MountPlan::Keep(std::string s) { return strings_.emplace_back(std::move(s)).c_str(); }
+
+absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
+  MountPlan plan;
+  plan.new_root_ = kNewRoot;
+  auto in_new_root = [&](absl::string_view path) {
+    return plan.Keep(absl::StrCat(kNewRoot, path));
+  };
+  using K = MountStep::Kind;
+
+  plan.Add({.kind = K::kMakePrivate});
+  plan.Add({.kind = K::kTmpfs,
+            .target = kNewRoot,
+            .data = "mode=0755,size=1m,nr_inodes=4096",
+            .flags = MS_NOSUID | MS_NODEV});
+
+  // Top level: the host's directories as recursive binds, its symlinks recreated.
+  DIR* dir = ::opendir("/");
+  if (dir == nullptr) return ErrnoStatus("read the host root directory \"/\"");
+  std::vector<std::string> names;
+  while (struct dirent* e = ::readdir(dir)) {
+    std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(std::move(name));
+  }
+  ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    if (IsOwnTopLevel(name)) continue;
+    std::string host = absl::StrCat("/", name);
+    struct stat st;
+    if (::lstat(host.c_str(), &st) != 0) continue;  // vanished meanwhile
+    if (S_ISLNK(st.st_mode)) {
+      char buf[4096];
+      ssize_t n = ::readlink(host.c_str(), buf, sizeof(buf) - 1);
+      if (n < 0) return ErrnoStatus(absl::StrCat("readlink \"", host, "\""));
+      plan.Add({.kind = K::kSymlink,
+                .source = plan.Keep(std::string(buf, n)),
+                .target = in_new_root(host)});
+    } else if (S_ISDIR(st.st_mode)) {
+      const char* target = in_new_root(host);
+      plan.Add({.kind = K::kMkdir, .target = target});
+      plan.Add({.kind = K::kBind, .source = plan.Keep(host), .target = target, .optional = true});
+    } else if (S_ISREG(st.st_mode)) {
+      const char* target = in_new_root(host);
+      plan.Add({.kind = K::kTouch, .target = target});
+      plan.Add({.kind = K::kBind, .source = plan.Keep(host), .target = target, .optional = true});
+    }
+  }
+  for (const char* name : kOwnTopLevel) {
+    plan.Add({.kind = K::kMkdir, .target = in_new_root(absl::StrCat("/", name))});
+  }
+  // An empty read-only tmpfs at /run: hides the host's sockets and serves as the template that
+  // covers hidden directories.
+  plan.Add({.kind = K::kTmpfs,
+            .target = in_new_root("/run"),
+            .data = "mode=0755,size=4k,nr_inodes=16",
+            .flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC});
+  plan.Add({.kind = K::kSetReadOnly, .target = kNewRoot, .flags = AT_RECURSIVE});
+
+  // /proc: a fresh instance for the sandbox's pid namespace.
+  plan.Add({.kind = K::kProc, .target = in_new_root("/proc")});
+  const char* proc_sys = in_new_root("/proc/sys");
+  plan.Add({.kind = K::kBind, .source = proc_sys, .target = proc_sys});
+  plan.Add({.kind = K::kSetReadOnly, .target = proc_sys, .flags = AT_RECURSIVE});
+  for (const char* masked : kMaskedProc) {
+    plan.Add({.kind = K::kHideInRoot, .target = masked, .optional = true});
+  }
+  plan.Add({.kind = K::kSysfs, .target = in_new_root("/sys")});
+
+  // /dev: a small tmpfs with the harmless character devices bound from the host.
+  plan.Add({.kind = K::kTmpfs,
+            .target = in_new_root("/dev"),
+            .data = "mode=0755,size=64k,nr_inodes=64",
+            .flags = MS_NOSUID | MS_NOEXEC});
+  for (const char* dev : kDevices) {
+    const char* target = in_new_root(absl::StrCat("/dev/", dev));
+    plan.Add({.kind = K::kTouch, .target = target});
+    plan.Add({.kind = K::kBind, .source = plan.Keep(absl::StrCat("/dev/", dev)), .target = target});
+  }
+  for (auto [link, to] : {std::pair{"fd", "/proc/self/fd"},
+                          {"stdin", "/proc/self/fd/0"},
+                          {"stdout", "/proc/self/fd/1"},
+                          {"stderr", "/proc/self/fd/2"},
+                          {"ptmx", "pts/ptmx"}}) {
+    plan.Add(
+        {.kind = K::kSymlink, .source = to, .target = in_new_root(absl::StrCat("/dev/", link))});
+  }
+  plan.Add({.kind = K::kMkdir, .target = in_new_root("/dev/pts")});
+  plan.Add({.kind = K::kMkdir, .target = in_new_root("/dev/shm")});
+  plan.Add({.kind = K::kDevpts, .target = in_new_root("/dev/pts")});
+  std::string tmpfs_data = absl::StrCat("mode=1777,size=", options.tmpfs_bytes);
+  plan.Add({.kind = K::kTmpfs,
+            .target = in_new_root("/dev/shm"),
+            .data = plan.Keep(tmpfs_data),
+            .flags = MS_NOSUID | MS_NODEV});
+  plan.Add({.kind = K::kSetReadOnly, .target = in_new_root("/dev"), .flags = 0});
+
+  // The writable areas.
+  plan.Add({.kind = K::kTmpfs,
+            .target = in_new_root("/tmp"),
+            .data = plan.Keep(tmpfs_data),
+            .flags = MS_NOSUID | MS_NODEV});
+  if (options.workspace_tree_fd >= 0) {
+    plan.Add({.kind = K::kAttachInRoot, .target = "/workspace", .fd = options.workspace_tree_fd});
+    plan.inherited_fd_ = options.workspace_tree_fd;
+  } else if (options.workspace_dir) {
+    plan.Add({.kind = K::kBindInRoot,
+              .source = plan.Keep(*options.workspace_dir),
+              .target = "/workspace"});
+  } else {
+    plan.Add({.kind = K::kTmpfs,
+              .target = in_new_root("/workspace"),
+              .data = plan.Keep(absl::StrCat("mode=0755,size=", options.tmpfs_bytes)),
+              .flags = MS_NOSUID | MS_NODEV});
+  }
+
+  // Policy paths: writable first, then read-only inside them, then hidden (deny wins).
+  for (const std::string& path : options.writable_paths) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) {
+      return ErrnoStatus(absl::StrCat("filesystem.allowWrite: cannot use \"", path, "\""));
+    }
+    plan.Add({.kind = K::kBindInRoot, .source = plan.Keep(path), .target = plan.Keep(path)});
+  }
+  for (const std::string& path : options.readonly_paths) {
+    plan.Add({.kind = K::kReadOnlyInRoot, .target = plan.Keep(path), .optional = true});
+  }
+  for (const std::string& path : options.hidden_paths) {
+    plan.Add({.kind = K::kHideInRoot, .target = plan.Keep(path), .optional = true});
+  }
+  plan.Add({.kind = K::kPivot, .source = "/workspace", .target = kNewRoot});
+  return plan;
+}
+
+bool MountPlan::Execute(int error_fd) const {
+  ChildMounter mounter(error_fd);
+  for (const MountStep& step : steps_) {
+    if (!mounter.Run(step)) return false;
+  }
+  return true;
+}
+
+}  // namespace moat::sandbox

@@ -1,0 +1,92 @@
+// The sandbox's file system view: a read-only copy of the host tree under a fresh tmpfs root,
+// private tmpfs /tmp and /workspace, a fresh /proc, a minimal /dev, and hidden paths.
+//
+// The plan is built in the parent (allocation allowed) and executed in the child right after it
+// has become root of its user namespace. Steps, in order (see Execute):
+//   1. make every mount private, so nothing we do propagates to the host;
+//   2. mount the new root (tmpfs) on the staging directory and create the top-level entries:
+//      directories are recursive bind mounts of the host's, symlinks are recreated;
+//   3. make the whole new tree read-only, nosuid, nodev (mount_setattr, AT_RECURSIVE);
+//   4. /proc (fresh, /proc/sys read-only, dangerous files masked), /sys (read-only), /dev (tmpfs
+//      with null, zero, full, random, urandom, tty-less devpts, shm), /tmp and /workspace;
+//   5. policy mounts: writable binds, then read-only binds inside them, then hidden paths, all
+//      resolved inside the new root (openat2 RESOLVE_IN_ROOT) so host symlinks cannot redirect;
+//   6. pivot_root into the new root and detach the old one.
+#pragma once
+
+#include <sys/types.h>
+
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace moat::sandbox {
+
+struct MountOptions {
+  uint64_t tmpfs_bytes = 64ull << 20;        // size of /tmp and /workspace, each
+  std::optional<std::string> workspace_dir;  // host dir bound at /workspace, else a tmpfs
+  int workspace_tree_fd = -1;  // if set: a prepared (idmapped) tree of workspace_dir to attach
+  std::vector<std::string> writable_paths;  // host paths bound read-write at the same path
+  std::vector<std::string> readonly_paths;  // re-bound read-only (inside writable ones)
+  std::vector<std::string> hidden_paths;    // covered: dirs by an empty tmpfs, files by /dev/null
+};
+
+// One prepared step. All strings are owned by the plan and never move after Build().
+struct MountStep {
+  enum class Kind {
+    kMakePrivate,     // mount(NULL, "/", MS_REC|MS_PRIVATE)
+    kTmpfs,           // mount tmpfs on `target` with `data`, `flags`
+    kMkdir,           // mkdir `target`
+    kSymlink,         // symlink(`source`, `target`)
+    kTouch,           // create empty file `target`
+    kBind,            // bind `source` on `target` (recursive), `flags` = extra MS_ flags
+    kSetReadOnly,     // mount_setattr(`target`, AT_RECURSIVE, RDONLY|NOSUID|NODEV)
+    kProc,            // mount proc on `target`
+    kSysfs,           // mount sysfs on `target`, read-only; an empty read-only tmpfs if refused
+    kDevpts,          // mount devpts (newinstance) on `target`
+    kBindInRoot,      // bind host `source` on `target` resolved inside the new root (writable)
+    kAttachInRoot,    // move_mount the detached tree `fd` onto `target` resolved in the new root
+    kReadOnlyInRoot,  // re-bind `target` (resolved inside the new root) read-only
+    kHideInRoot,      // cover `target` (resolved inside the new root)
+    kPivot,           // pivot_root into `target`, detach the old root, chdir `source`
+  };
+  Kind kind;
+  const char* source = nullptr;
+  const char* target = nullptr;
+  const char* data = nullptr;
+  unsigned long flags = 0;
+  int fd = -1;
+  bool optional = false;  // a missing target or source is skipped rather than an error
+};
+
+class MountPlan {
+ public:
+  // Reads the host's top-level directory and checks that the policy's writable paths exist.
+  static absl::StatusOr<MountPlan> Build(const MountOptions& options);
+
+  MountPlan(MountPlan&&) = default;
+  MountPlan& operator=(MountPlan&&) = default;
+
+  // Child side, async-signal-safe: runs every step in order. On failure writes a ChildFailure to
+  // `error_fd` and returns false.
+  bool Execute(int error_fd) const;
+
+  const std::vector<MountStep>& steps() const { return steps_; }
+  // A descriptor the child must keep open until Execute() (a prepared tree), or -1.
+  int inherited_fd() const { return inherited_fd_; }
+
+ private:
+  MountPlan() = default;
+  const char* Keep(std::string s);
+  void Add(MountStep step) { steps_.push_back(step); }
+
+  std::deque<std::string> strings_;  // deque: references stay valid as it grows
+  std::vector<MountStep> steps_;
+  std::string new_root_;
+  int inherited_fd_ = -1;
+};
+
+}  // namespace moat::sandbox

@@ -1,0 +1,124 @@
+#include "sandbox/mounts.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
+
+namespace moat::sandbox {
+namespace {
+
+using K = MountStep::Kind;
+using ::testing::HasSubstr;
+
+std::vector<const MountStep*> Find(const MountPlan& plan, K kind) {
+  std::vector<const MountStep*> out;
+  for (const MountStep& s : plan.steps()) {
+    if (s.kind == kind) out.push_back(&s);
+  }
+  return out;
+}
+
+int IndexOf(const MountPlan& plan, K kind, const std::string& target) {
+  for (size_t i = 0; i < plan.steps().size(); ++i) {
+    const MountStep& s = plan.steps()[i];
+    if (s.kind == kind && s.target && target == s.target) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+TEST(MountPlanTest, StartsPrivateAndEndsWithPivot) {
+  absl::StatusOr<MountPlan> plan = MountPlan::Build(MountOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_GE(plan->steps().size(), 3u);
+  EXPECT_EQ(plan->steps().front().kind, K::kMakePrivate);
+  EXPECT_EQ(plan->steps().back().kind, K::kPivot);
+  EXPECT_STREQ(plan->steps().back().source, "/workspace");
+}
+
+TEST(MountPlanTest, BindsHostDirectoriesButNotTheOnesItReplaces) {
+  absl::StatusOr<MountPlan> plan = MountPlan::Build(MountOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<std::string> bound;
+  for (const MountStep* s : Find(*plan, K::kBind)) bound.push_back(s->source);
+  EXPECT_NE(std::find(bound.begin(), bound.end(), "/etc"), bound.end());
+  EXPECT_NE(std::find(bound.begin(), bound.end(), "/usr"), bound.end());
+  for (const char* own : {"/proc", "/sys", "/dev", "/tmp", "/run"}) {
+    EXPECT_EQ(std::find(bound.begin(), bound.end(), own), bound.end()) << own;
+  }
+  // The whole tree goes read-only before anything writable is added.
+  int ro = IndexOf(*plan, K::kSetReadOnly, "/tmp");
+  ASSERT_GE(ro, 0);
+  EXPECT_LT(ro, IndexOf(*plan, K::kTmpfs, "/tmp/tmp"));
+  EXPECT_LT(ro, IndexOf(*plan, K::kTmpfs, "/tmp/workspace"));
+}
+
+TEST(MountPlanTest, RecreatesTopLevelSymlinks) {
+  char target[4096];
+  ssize_t n = ::readlink("/bin", target, sizeof(target));
+  if (n < 0) GTEST_SKIP() << "/bin is not a symlink on this host";
+  bool found = false;
+  for (const MountStep* s : Find(*MountPlan::Build(MountOptions{}), K::kSymlink)) {
+    if (std::string(s->target) == "/tmp/bin") {
+      EXPECT_EQ(std::string(s->source), std::string(target, n));
+      found = true;
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(MountPlanTest, TmpfsSizesComeFromTheOptions) {
+  MountOptions options;
+  options.tmpfs_bytes = 12345 * 4096;
+  absl::StatusOr<MountPlan> plan = MountPlan::Build(options);
+  ASSERT_TRUE(plan.ok());
+  int tmp = IndexOf(*plan, K::kTmpfs, "/tmp/tmp");
+  int ws = IndexOf(*plan, K::kTmpfs, "/tmp/workspace");
+  ASSERT_GE(tmp, 0);
+  ASSERT_GE(ws, 0);
+  EXPECT_THAT(plan->steps()[tmp].data, HasSubstr("size=50565120"));
+  EXPECT_THAT(plan->steps()[ws].data, HasSubstr("size=50565120"));
+}
+
+TEST(MountPlanTest, PolicyPathsAreOrderedWritableThenReadOnlyThenHidden) {
+  MountOptions options;
+  options.workspace_dir = "/usr";
+  options.writable_paths = {"/var"};
+  options.readonly_paths = {"/var/lib"};
+  options.hidden_paths = {"/var/lib/secret"};
+  absl::StatusOr<MountPlan> plan = MountPlan::Build(options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int ws = IndexOf(*plan, K::kBindInRoot, "/workspace");
+  int w = IndexOf(*plan, K::kBindInRoot, "/var");
+  int ro = IndexOf(*plan, K::kReadOnlyInRoot, "/var/lib");
+  int hide = IndexOf(*plan, K::kHideInRoot, "/var/lib/secret");
+  ASSERT_GE(ws, 0);
+  EXPECT_EQ(IndexOf(*plan, K::kTmpfs, "/tmp/workspace"), -1);
+  EXPECT_LT(ws, w);
+  EXPECT_LT(w, ro);
+  EXPECT_LT(ro, hide);
+  EXPECT_LT(hide, static_cast<int>(plan->steps().size()) - 1);
+}
+
+TEST(MountPlanTest, MissingWritablePathIsAnError) {
+  MountOptions options;
+  options.writable_paths = {"/nonexistent/moat-test"};
+  absl::StatusOr<MountPlan> plan = MountPlan::Build(options);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_THAT(std::string(plan.status().message()),
+              HasSubstr("filesystem.allowWrite: cannot use \"/nonexistent/moat-test\""));
+}
+
+TEST(MountPlanTest, StringsSurviveAMove) {
+  absl::StatusOr<MountPlan> plan = MountPlan::Build(MountOptions{});
+  ASSERT_TRUE(plan.ok());
+  std::string first_target = plan->steps()[1].target;
+  MountPlan moved = std::move(*plan);
+  EXPECT_EQ(first_target, moved.steps()[1].target);
+}
+
+}  // namespace
+}  // namespace moat::sandbox

@@ -1,0 +1,33 @@
+#include "sandbox/net.h"
+
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "sandbox/child_failure.h"
+
+namespace moat::sandbox {
+
+bool BringUpLoopback(int error_fd) {
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ReportChildFailure(error_fd, "network: socket for lo", nullptr, errno);
+  struct ifreq ifr = {};
+  std::memcpy(ifr.ifr_name, "lo", 3);
+  bool ok = true;
+  if (::ioctl(fd, SIOCGIFFLAGS, &ifr) != 0) {
+    ok = ReportChildFailure(error_fd, "network: read flags of lo", nullptr, errno);
+  } else {
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    if (::ioctl(fd, SIOCSIFFLAGS, &ifr) != 0) {
+      ok = ReportChildFailure(error_fd, "network: bring lo up", nullptr, errno);
+    }
+  }
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace moat::sandbox

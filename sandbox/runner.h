@@ -1,0 +1,68 @@
+// The runtime's front door: run one command in a fresh sandbox and return what happened.
+//
+// A Runner holds what is computed once per process and policy: the cgroup layout, the compiled
+// seccomp program, the id mapping. Run() then prepares the per-sandbox data (mount plan, argv,
+// env, cgroup), clones, supervises and cleans up.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sandbox/cgroup.h"
+#include "sandbox/cgroup_prewarm.h"
+#include "sandbox/mounts.h"
+#include "sandbox/policy.h"
+#include "sandbox/result.h"
+#include "sandbox/seccomp_filter.h"
+#include "sandbox/userns.h"
+
+namespace moat::sandbox {
+
+struct RunRequest {
+  std::vector<std::string> argv;
+  std::vector<std::pair<std::string, std::string>> env;  // on top of the sandbox's defaults
+  Limits limits;
+  MountOptions mounts;
+
+  bool capture = true;  // false: stream output to live_stdout_fd/live_stderr_fd
+  int live_stdout_fd = 1;
+  int live_stderr_fd = 2;
+  bool filter_live = false;  // strip control sequences from live output (for terminals)
+  int stdin_fd = -1;         // copied into the command's stdin; -1: /dev/null
+  bool trace = false;        // print the setup timeline to stderr
+  int cancel_fd = -1;        // readable = kill the sandbox and return
+};
+
+// Not thread-safe: one Run() at a time per Runner.
+class Runner {
+ public:
+  static absl::StatusOr<std::unique_ptr<Runner>> Create();
+
+  // Fails (and runs nothing) if any setup step fails; otherwise returns the result, whatever the
+  // command did.
+  absl::StatusOr<RunResult> Run(const RunRequest& request);
+
+  const CgroupLayout& cgroup_layout() const { return layout_; }
+
+ private:
+  Runner(CgroupLayout layout, IdMapping ids, int last_cap)
+      : layout_(std::move(layout)), ids_(ids), last_cap_(last_cap) {}
+
+  // Built on first use, in the shadow of the cgroup warm-up (see Run).
+  absl::StatusOr<const SeccompProgram*> Seccomp();
+
+  CgroupLayout layout_;
+  std::optional<SeccompProgram> seccomp_;
+  IdMapping ids_;
+  int last_cap_;
+  uint64_t runs_ = 0;
+};
+
+// The environment every command starts with, before the policy's and the request's variables.
+std::vector<std::pair<std::string, std::string>> DefaultSandboxEnv();
+
+}  // namespace moat::sandbox

@@ -1,0 +1,45 @@
+// Parent side of starting a sandbox: clone3 into new namespaces, then the handshake of contain.h.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "sandbox/cgroup.h"
+#include "sandbox/contain.h"
+#include "sandbox/util/unique_fd.h"
+
+namespace moat::sandbox {
+
+// A running sandbox, as seen by its supervisor.
+struct SandboxProcess {
+  pid_t pid = -1;  // the sandbox's init, in the supervisor's pid namespace
+  UniqueFd pidfd;  // readable when init has exited
+  UniqueFd sync;   // init sends the command's wait status here
+  UniqueFd stdout_read;
+  UniqueFd stderr_read;
+  UniqueFd stdin_write;                   // set when stdin is piped
+  UniqueFd seccomp_listener;              // set when the filter notifies violations
+  std::optional<std::string> exec_error;  // the command itself could not be executed
+  absl::Time started;
+  // When each setup phase ended, for MOAT_TRACE and the benchmarks.
+  std::vector<std::pair<const char*, absl::Time>> timeline;
+};
+
+struct SpawnOptions {
+  bool pipe_stdin = false;   // else the command's stdin is /dev/null
+  Cgroup* cgroup = nullptr;  // required: the sandbox's cgroup, already created with its limits
+  absl::Duration setup_timeout = absl::Seconds(10);
+};
+
+// Starts the sandbox and returns once the command has been exec'd (or failed to exec). Any
+// setup failure kills what was started and returns an error naming the step; nothing runs
+// unsandboxed. `plan` is completed with the descriptors and must outlive the call.
+absl::StatusOr<SandboxProcess> SpawnSandbox(ContainPlan& plan, const SpawnOptions& options);
+
+}  // namespace moat::sandbox

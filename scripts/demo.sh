@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The main job on one machine: install, build, and show `moat run` on the default policy.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/build.sh
+moat=build/bin/moat
+show() { printf '\n$ %s\n' "$*"; "$@" || printf '(exit status %d)\n' "$?"; }
+
+echo "== moat run: a sandboxed command with the default policy"
+show "$moat" run -- sh -c 'echo "hello from $(hostname) as uid $(id -u), in $(pwd)"; ls /workspace /root /run'
+echo
+echo "== the host is read-only, the network is absent, and the sandbox sees only itself"
+show "$moat" run -- sh -c 'touch /etc/pwned; ping -c1 -W1 127.0.0.1 >/dev/null && echo "loopback only"; ls /proc | grep -c "^[0-9]" | sed "s/^/processes visible: /"'
+echo
+echo "== limits: a fork bomb meets the pids limit, a memory bomb the memory limit"
+show "$moat" run --pids 32 --wall-timeout 5s -- sh -c 'bomb() { bomb | bomb & }; bomb; sleep 1; echo survived'
+show "$moat" run --json --memory 64M -- python3 -c 'x = bytearray(512 << 20)'
+echo
+echo "== --json: one result object, output cleaned for a model to read"
+show "$moat" run --json -- sh -c 'printf "\033[31mred\033[0m key=sk-abcdefghijklmnopqrstuvwxyz012345\n"'
