@@ -171,6 +171,7 @@ class SplitCgroup final : public Cgroup {
     ASSIGN_OR_RETURN(CgroupUsage from_v2, v2_->ReadUsage());
     CgroupUsage usage = v1_->has("memory") ? from_v1 : from_v2;
     usage.cpu_ns = v1_->has("cpuacct") ? from_v1.cpu_ns : from_v2.cpu_ns;
+    usage.pids_limit_hits = v1_->has("pids") ? from_v1.pids_limit_hits : from_v2.pids_limit_hits;
     return usage;
   }
   absl::Status KillAll() override {

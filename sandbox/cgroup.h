@@ -75,6 +75,7 @@ struct CgroupUsage {
   uint64_t cpu_ns = 0;
   uint64_t memory_peak_bytes = 0;
   uint64_t oom_kills = 0;
+  uint64_t pids_limit_hits = 0;  // forks refused at pids.max ("max" in pids.events)
 };
 
 // Checks limits and the cgroup name (letters, digits, '.', '_', '-'; not "." or "..").

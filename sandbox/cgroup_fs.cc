@@ -252,4 +252,15 @@ absl::Status RemoveTree(const std::string& dir, absl::Duration busy_timeout) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<uint64_t> OptionalKeyedValue(const std::string& path, absl::string_view key) {
+  absl::StatusOr<std::string> content = ReadFile(path);
+  if (!content.ok()) {
+    if (content.status().code() == absl::StatusCode::kNotFound) return 0;
+    return content.status();
+  }
+  absl::StatusOr<uint64_t> value = KeyedValue(*content, key, path);
+  if (!value.ok() && value.status().code() == absl::StatusCode::kNotFound) return 0;
+  return value;
+}
+
 }  // namespace moat::sandbox::cgroupfs

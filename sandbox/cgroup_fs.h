@@ -81,4 +81,8 @@ absl::Status RemoveTree(const std::string& dir, absl::Duration busy_timeout);
 inline constexpr absl::Duration kKillTimeout = absl::Seconds(5);
 inline constexpr absl::Duration kRemoveTimeout = absl::Seconds(2);
 
+// The value of `key` in a keyed file such as pids.events; 0 if the file or the key is missing
+// (older kernels have neither).
+absl::StatusOr<uint64_t> OptionalKeyedValue(const std::string& path, absl::string_view key);
+
 }  // namespace moat::sandbox::cgroupfs

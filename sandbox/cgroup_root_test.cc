@@ -177,6 +177,9 @@ TEST_F(CgroupRootTest, PidsMaxStopsAForkLoop) {
   int status = child.Wait();
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 7);  // 8 tasks: the child and 7 forks
+  absl::StatusOr<CgroupUsage> usage = (*cgroup)->ReadUsage();
+  ASSERT_TRUE(usage.ok()) << usage.status();
+  EXPECT_GE(usage->pids_limit_hits, 1u);  // the refused fork is counted
   ASSERT_TRUE((*cgroup)->KillAll().ok());
   for (const std::string& dir : (*cgroup)->paths()) EXPECT_EQ(Read(dir + "/cgroup.procs"), "");
 }

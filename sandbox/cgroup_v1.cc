@@ -147,6 +147,10 @@ absl::StatusOr<CgroupUsage> CgroupV1::ReadUsage() {
     if (!kills.ok() && kills.status().code() != absl::StatusCode::kNotFound) return kills.status();
     usage.oom_kills = kills.ok() ? *kills : 0;
   }
+  if (has("pids")) {
+    ASSIGN_OR_RETURN(usage.pids_limit_hits,
+                     cgroupfs::OptionalKeyedValue(File("pids", "pids.events"), "max"));
+  }
   return usage;
 }
 

@@ -105,6 +105,9 @@ TEST_F(CgroupV2FakeTest, ReadsUsageBack) {
   EXPECT_EQ(usage->cpu_ns, 1234567000u);
   EXPECT_EQ(usage->memory_peak_bytes, 7340032u);
   EXPECT_EQ(usage->oom_kills, 2u);
+  EXPECT_EQ(usage->pids_limit_hits, 0u);  // no pids.events yet: none counted
+  FakeCgroupTree::Write(leaf + "/pids.events", "max 5\n");
+  EXPECT_EQ((*cgroup)->ReadUsage()->pids_limit_hits, 5u);
   // The kept descriptor sees new content: cpu.stat is re-read from offset 0 each time.
   FakeCgroupTree::Write(leaf + "/cpu.stat", "usage_usec 2000000\n");
   EXPECT_EQ(*(*cgroup)->ReadCpuNs(), 2000000000u);

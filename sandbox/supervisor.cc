@@ -259,6 +259,10 @@ class Supervisor {
                    absl::StrCat(usage->oom_kills, " process(es) killed by the OOM killer at the ",
                                 "memory limit"));
     }
+    if (usage->pids_limit_hits > 0) {
+      AddViolation("pids", absl::StrCat(usage->pids_limit_hits,
+                                        " fork(s) refused at the process limit"));
+    }
     if (o_.capture) {
       r.stdout_text = SanitizeOutput(out_.buffer.data(), out_.buffer.overflowed(), o_.sanitize);
       r.stderr_text = SanitizeOutput(err_.buffer.data(), err_.buffer.overflowed(), o_.sanitize);
