@@ -122,6 +122,12 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   watch.cancel_fd = request.cancel_fd;
   watch.arch = seccomp->arch();
   absl::StatusOr<RunResult> result = Supervise(proc, *cgroup, watch);
+  // Off the command's path: remove what runs that died without cleaning up left behind (their
+  // names start with a pid that no longer exists).
+  absl::StatusOr<std::vector<std::string>> stale = CleanupStaleCgroups(layout_);
+  if (stale.ok() && !stale->empty() && request.trace) {
+    std::fprintf(stderr, "moat trace: removed %zu stale cgroup(s)\n", stale->size());
+  }
   if (request.trace) {
     std::vector<std::pair<const char*, absl::Time>> timeline = {{"cgroup created", cgroup_ready},
                                                                 {"seccomp ready", seccomp_ready},

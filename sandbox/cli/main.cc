@@ -1,4 +1,6 @@
 // moat: run untrusted code in a kernel-enforced sandbox. This file only dispatches subcommands.
+#include <fcntl.h>
+
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -24,6 +26,13 @@ memory, processes and CPU; wall-clock and CPU-time limits; output cleaned with -
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A closed stdin, stdout or stderr would be reused by the next descriptor moat opens (a pipe,
+  // the signalfd) and mistaken for the real one: fill the gaps with /dev/null first.
+  for (int fd = 0; fd < 3; ++fd) {
+    if (::fcntl(fd, F_GETFD) < 0 && ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) < 0) {
+      return 125;
+    }
+  }
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::fputs(kUsage, args.empty() ? stderr : stdout);

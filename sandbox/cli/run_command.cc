@@ -75,10 +75,9 @@ absl::StatusOr<sandbox::RunRequest> BuildRequest(const RunFlags& flags) {
   request.capture = flags.json;
   const char* trace = std::getenv("MOAT_TRACE");
   request.trace = trace != nullptr && *trace != '\0' && std::string(trace) != "0";
-  if (!flags.json) {
-    request.filter_live = ::isatty(1) || ::isatty(2);
-    if (!::isatty(0)) request.stdin_fd = 0;  // piped or redirected input goes in; a terminal not
-  }
+  if (!flags.json) request.filter_live = ::isatty(1) || ::isatty(2);
+  // Piped or redirected input goes in; a terminal does not (the sandbox gets /dev/null).
+  if (!::isatty(0)) request.stdin_fd = 0;
   return request;
 }
 
