@@ -158,8 +158,8 @@ absl::StatusOr<CgroupUsage> CgroupV2::ReadUsage() {
     ASSIGN_OR_RETURN(usage.oom_kills, cgroupfs::KeyedValue(events, "oom_kill", events_file));
   }
   if (controllers_.contains("pids")) {
-    ASSIGN_OR_RETURN(usage.pids_limit_hits, cgroupfs::OptionalKeyedValue(
-                                                absl::StrCat(dir_, "/pids.events"), "max"));
+    ASSIGN_OR_RETURN(usage.pids_limit_hits,
+                     cgroupfs::OptionalKeyedValue(absl::StrCat(dir_, "/pids.events"), "max"));
   }
   return usage;
 }

@@ -41,7 +41,9 @@ absl::StatusOr<const SeccompProgram*> Runner::Seccomp() {
   if (!seccomp_) {
     SeccompOptions options;
     options.notify_violations = true;
-    ASSIGN_OR_RETURN(seccomp_, SeccompProgram::Build(options));
+    absl::StatusOr<SeccompProgram> program = SeccompProgram::Precompiled(options);
+    if (!program.ok()) program = SeccompProgram::Build(options);
+    ASSIGN_OR_RETURN(seccomp_, std::move(program));
   }
   return &*seccomp_;
 }

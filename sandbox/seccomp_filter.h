@@ -57,6 +57,8 @@ class SeccompProgram {
  public:
   // Builds the program with libseccomp (allocates; call it in the parent, once per policy).
   static absl::StatusOr<SeccompProgram> Build(const SeccompOptions& options);
+  // The same program, compiled when moat was built (no libseccomp work at run time).
+  static absl::StatusOr<SeccompProgram> Precompiled(const SeccompOptions& options);
 
   SeccompProgram(const SeccompProgram& other);
   SeccompProgram& operator=(const SeccompProgram& other);

@@ -260,8 +260,8 @@ class Supervisor {
                                 "memory limit"));
     }
     if (usage->pids_limit_hits > 0) {
-      AddViolation("pids", absl::StrCat(usage->pids_limit_hits,
-                                        " fork(s) refused at the process limit"));
+      AddViolation("pids",
+                   absl::StrCat(usage->pids_limit_hits, " fork(s) refused at the process limit"));
     }
     if (o_.capture) {
       r.stdout_text = SanitizeOutput(out_.buffer.data(), out_.buffer.overflowed(), o_.sanitize);

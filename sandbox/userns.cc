@@ -1,7 +1,7 @@
 #include "sandbox/userns.h"
 
 #include <fcntl.h>
-#include <grp.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
@@ -52,18 +52,23 @@ absl::Status WriteIdMaps(pid_t pid, const IdMapping& mapping) {
   return WriteProcFile(pid, "gid_map", absl::StrCat("0 ", mapping.host_gid, " 1\n"));
 }
 
+// Raw system calls, not glibc's setgroups/setresgid/setresuid: in a multi-threaded process glibc
+// applies those to every thread by signalling each one and waiting (the "setxid broadcast"). The
+// child was cloned from one thread of such a process; the other threads do not exist in it, so
+// glibc would wait for them forever. The raw calls change only the calling thread, which is all
+// the child has.
 bool BecomeNamespaceRoot(bool privileged, int error_fd) {
   // Supplementary groups come from the supervisor (host root has gid 0 among them). They would
   // keep host group rights for file access, so drop them. Unprivileged supervisors cannot, but
   // their groups are the user's own.
-  if (privileged && ::setgroups(0, nullptr) != 0) {
+  if (privileged && ::syscall(SYS_setgroups, 0, nullptr) != 0) {
     return ReportChildFailure(error_fd, "user namespace: drop supplementary groups", nullptr,
                               errno);
   }
-  if (::setresgid(0, 0, 0) != 0) {
+  if (::syscall(SYS_setresgid, 0, 0, 0) != 0) {
     return ReportChildFailure(error_fd, "user namespace: become gid 0 inside", nullptr, errno);
   }
-  if (::setresuid(0, 0, 0) != 0) {
+  if (::syscall(SYS_setresuid, 0, 0, 0) != 0) {
     return ReportChildFailure(error_fd, "user namespace: become uid 0 inside", nullptr, errno);
   }
   return true;
