@@ -1,0 +1,130 @@
+// Library-level tests of Runner: real sandboxes, so they need root (CI runs as root).
+#include "sandbox/runner.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "sandbox/host_view.h"
+
+namespace moat::sandbox {
+namespace {
+
+using ::testing::HasSubstr;
+
+class RunnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "real sandboxes need root (cgroups)";
+    absl::StatusOr<std::unique_ptr<Runner>> runner = Runner::Create();
+    ASSERT_TRUE(runner.ok()) << runner.status();
+    runner_ = std::move(*runner);
+  }
+
+  RunRequest Request(std::vector<std::string> argv) {
+    RunRequest r;
+    r.argv = std::move(argv);
+    HostContext host;
+    host.home = "/nonexistent-home";
+    absl::StatusOr<MountOptions> mounts = MountOptionsFor(Policy{}, host, std::nullopt);
+    EXPECT_TRUE(mounts.ok()) << mounts.status();
+    r.mounts = *mounts;
+    r.limits.wall_timeout = absl::Seconds(20);
+    return r;
+  }
+
+  std::unique_ptr<Runner> runner_;
+};
+
+TEST_F(RunnerTest, ReportsExitCodeAndCleanedOutput) {
+  absl::StatusOr<RunResult> r =
+      runner_->Run(Request({"/bin/sh", "-c", "printf 'out\\033[31m!'; echo err >&2; exit 7"}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, RunStatus::kExited);
+  EXPECT_EQ(r->exit_code, 7);
+  EXPECT_FALSE(r->signal.has_value());
+  EXPECT_EQ(r->stdout_text.text, "out!");
+  EXPECT_EQ(r->stderr_text.text, "err\n");
+  EXPECT_GT(r->wall_seconds, 0);
+}
+
+TEST_F(RunnerTest, ReportsTheKillingSignal) {
+  absl::StatusOr<RunResult> r = runner_->Run(Request({"/bin/sh", "-c", "kill -SEGV $$"}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, RunStatus::kSignaled);
+  EXPECT_EQ(r->signal, SIGSEGV);
+  EXPECT_FALSE(r->exit_code.has_value());
+}
+
+TEST_F(RunnerTest, MissingCommandIs127WithAMessage) {
+  absl::StatusOr<RunResult> r = runner_->Run(Request({"no-such-command-moat"}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 127);
+  EXPECT_THAT(r->stderr_text.text, HasSubstr("cannot execute \"no-such-command-moat\""));
+}
+
+TEST_F(RunnerTest, SearchesThePathAndSetsTheEnvironment) {
+  RunRequest req = Request({"sh", "-c", "echo $PATH; echo $MOAT_TEST_VAR; pwd; echo $HOME"});
+  req.env = {{"MOAT_TEST_VAR", "hello"}};
+  absl::StatusOr<RunResult> r = runner_->Run(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(
+      r->stdout_text.text,
+      "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nhello\n/workspace\n/tmp\n");
+}
+
+TEST_F(RunnerTest, WallTimeoutKillsAndReturnsPromptly) {
+  RunRequest req = Request({"/bin/sleep", "30"});
+  req.limits.wall_timeout = absl::Milliseconds(300);
+  absl::Time start = absl::Now();
+  absl::StatusOr<RunResult> r = runner_->Run(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, RunStatus::kWallTimeout);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST_F(RunnerTest, CpuTimeoutComesFromTheCgroup) {
+  RunRequest req = Request({"/bin/sh", "-c", "while :; do :; done"});
+  req.limits.cpu_timeout = absl::Milliseconds(300);
+  absl::StatusOr<RunResult> r = runner_->Run(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, RunStatus::kCpuTimeout);
+  EXPECT_GE(r->cpu_seconds, 0.3);
+  EXPECT_LT(r->cpu_seconds, 2.0);
+}
+
+// Regression: with a second thread in the supervisor, the cloned child used to hang in glibc's
+// setxid broadcast (it waited for threads that do not exist in the child).
+TEST_F(RunnerTest, WorksFromAMultiThreadedSupervisor) {
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> busy;
+  for (int i = 0; i < 3; ++i) {
+    busy.emplace_back([&] {
+      while (!stop.load()) {
+        std::vector<char> churn(4096);  // keeps malloc's locks busy
+        (void)churn;
+      }
+    });
+  }
+  for (int i = 0; i < 10; ++i) {
+    RunRequest req = Request({"/bin/true"});
+    req.limits.wall_timeout = absl::Seconds(10);
+    absl::StatusOr<RunResult> r = runner_->Run(req);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->exit_code, 0);
+  }
+  stop = true;
+  for (std::thread& t : busy) t.join();
+}
+
+TEST_F(RunnerTest, EmptyCommandIsAnError) {
+  absl::StatusOr<RunResult> r = runner_->Run(Request({}));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace moat::sandbox
