@@ -10,7 +10,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <initializer_list>
 #include <utility>
 
 #include "sandbox/caps.h"
@@ -49,19 +48,16 @@ bool SendFd(int sync_fd, int fd) {
   return ::sendmsg(sync_fd, &msg, MSG_NOSIGNAL) == 1;
 }
 
-// Closes every descriptor but those in `keep` (at most 8). The clone copied the supervisor's
-// whole table; in a daemon that includes other sandboxes' pipes, which must not be held open here.
-void CloseAllExcept(std::initializer_list<int> keep_list) {
-  int keep[8];
-  int n = 0;
-  for (int fd : keep_list) {
-    if (fd >= 0 && n < 8) keep[n++] = fd;
-  }
-  for (int i = 1; i < n; ++i) {  // insertion sort: tiny and allocation-free
+// Closes every descriptor but those in `keep`. The clone copied the supervisor's whole table; in
+// a daemon that includes other sandboxes' pipes, which must not be held open here. Allocation-
+// free: `keep` is sorted in place.
+void CloseAllExcept(int* keep, int n) {
+  for (int i = 1; i < n; ++i) {  // insertion sort
     for (int j = i; j > 0 && keep[j - 1] > keep[j]; --j) std::swap(keep[j - 1], keep[j]);
   }
   unsigned int from = 0;
   for (int i = 0; i < n; ++i) {
+    if (keep[i] < 0) continue;
     if (static_cast<unsigned int>(keep[i]) > from) ::close_range(from, keep[i] - 1, 0);
     from = keep[i] + 1;
   }
@@ -154,7 +150,12 @@ void ContainAndRun(const ContainPlan& p) {
   const int err = p.error_fd;
   // If the supervisor dies, so does the sandbox (and with init, the whole pid namespace).
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  CloseAllExcept({p.stdin_fd, p.stdout_fd, p.stderr_fd, p.sync_fd, err, p.mounts->inherited_fd()});
+  {
+    int keep[MountPlan::kMaxTrees + 5] = {p.stdin_fd, p.stdout_fd, p.stderr_fd, p.sync_fd, err};
+    int n = 5;
+    for (int fd : p.mounts->inherited_fds()) keep[n++] = fd;
+    CloseAllExcept(keep, n);
+  }
 
   // 1. user: root of the namespace, mapped to an unprivileged host id.
   AwaitSupervisor(p.sync_fd, kSyncIdsMapped);
@@ -191,7 +192,8 @@ void ContainAndRun(const ContainPlan& p) {
 
   // Init: keep nothing the command could use, wait for it, report, and exit. The kernel then
   // kills every process left in the pid namespace (background and setsid children included).
-  CloseAllExcept({p.sync_fd});
+  int keep_sync[1] = {p.sync_fd};
+  CloseAllExcept(keep_sync, 1);
   for (;;) {
     int status = 0;
     pid_t r = ::waitpid(-1, &status, 0);

@@ -65,28 +65,26 @@ absl::StatusOr<UniqueFd> MakeMappingUserNamespace(uid_t from_uid, gid_t from_gid
   return UniqueFd(fd);
 }
 
-absl::StatusOr<UniqueFd> OpenIdmappedTree(const std::string& dir, uid_t to_uid, gid_t to_gid) {
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0) return ErrnoStatus(absl::StrCat("stat \"", dir, "\""));
-  absl::StatusOr<UniqueFd> userns = MakeMappingUserNamespace(st.st_uid, st.st_gid, to_uid, to_gid);
-  if (!userns.ok()) return userns.status();
-  int tree = ::open_tree(AT_FDCWD, dir.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
-  if (tree < 0) return ErrnoStatus(absl::StrCat("idmap: open_tree \"", dir, "\""));
-  UniqueFd tree_fd(tree);
+absl::Status PrepareTree(int tree_fd, int userns_fd, const std::string& path) {
   struct mount_attr attr = {};
-  attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-  attr.userns_fd = static_cast<uint64_t>(userns->get());
-  if (::mount_setattr(tree_fd.get(), "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) != 0) {
-    int e = errno;
-    return absl::Status(
-        ErrnoToCode(e),
-        absl::StrCat("--workspace \"", dir, "\" is owned by uid ", st.st_uid,
-                     " but the sandbox runs as host uid ", to_uid,
-                     "; mapping it needs an idmapped mount, which failed: ", strerror(e),
-                     " (use a directory owned by uid ", to_uid,
-                     ", or a file system with idmapped mounts: ext4, xfs, btrfs, tmpfs)"));
+  attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  if (userns_fd >= 0) {
+    attr.attr_set |= MOUNT_ATTR_IDMAP;
+    attr.userns_fd = static_cast<uint64_t>(userns_fd);
   }
-  return tree_fd;
+  if (::mount_setattr(tree_fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) == 0) {
+    return absl::OkStatus();
+  }
+  int e = errno;
+  if (userns_fd < 0) return ErrnoStatus(absl::StrCat("make \"", path, "\" nosuid,nodev"), e);
+  return absl::Status(
+      ErrnoToCode(e),
+      absl::StrCat("\"", path,
+                   "\" belongs to another user than the sandbox's; showing it as the "
+                   "sandbox's own needs an idmapped mount, which failed: ",
+                   strerror(e),
+                   " (use a directory owned by the sandbox's host uid, or a file system with "
+                   "idmapped mounts: ext4, xfs, btrfs, tmpfs)"));
 }
 
 }  // namespace moat::sandbox

@@ -21,9 +21,9 @@ namespace moat::sandbox {
 absl::StatusOr<UniqueFd> MakeMappingUserNamespace(uid_t from_uid, gid_t from_gid, uid_t to_uid,
                                                   gid_t to_gid);
 
-// A detached recursive bind of `dir` (open_tree), idmapped so that `dir`'s owner appears as
-// `to_uid`/`to_gid`. Needs CAP_SYS_ADMIN on the host and a file system that supports idmapped
-// mounts (ext4, xfs, btrfs, tmpfs >= 6.3, ...). The sandbox attaches it with move_mount.
-absl::StatusOr<UniqueFd> OpenIdmappedTree(const std::string& dir, uid_t to_uid, gid_t to_gid);
+// Makes the detached tree `tree_fd` (open_tree) nosuid and nodev, and, with a `userns_fd`,
+// idmapped through it. Needs CAP_SYS_ADMIN on the host and, for the idmap, a file system that
+// supports idmapped mounts (ext4, xfs, btrfs, tmpfs >= 6.3, ...). `path` is for messages.
+absl::Status PrepareTree(int tree_fd, int userns_fd, const std::string& path);
 
 }  // namespace moat::sandbox

@@ -13,9 +13,12 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "sandbox/child_failure.h"
+#include "sandbox/idmap.h"
 #include "sandbox/util/errno_status.h"
+#include "sandbox/util/status_macros.h"
 
 namespace moat::sandbox {
 namespace {
@@ -123,8 +126,6 @@ class ChildMounter {
                     "newinstance,ptmxmode=0666,mode=0620") != 0)
           return Fail("mount devpts", s.target);
         return true;
-      case MountStep::Kind::kBindInRoot:
-        return BindInRoot(s);
       case MountStep::Kind::kAttachInRoot: {
         if (!EnsureRoot()) return false;
         int dst = ResolveInRoot(root_fd_, s.target);
@@ -133,7 +134,7 @@ class ChildMounter {
         int e = errno;
         ::close(dst);
         errno = e;
-        return rc == 0 || Fail("attach the idmapped workspace", s.target);
+        return rc == 0 || Fail("attach writable host path", s.source);
       }
       case MountStep::Kind::kReadOnlyInRoot:
         return ReadOnlyInRoot(s);
@@ -197,23 +198,6 @@ class ChildMounter {
     return ok;
   }
 
-  bool BindInRoot(const MountStep& s) {
-    if (!EnsureRoot()) return false;
-    int src = ::open_tree(AT_FDCWD, s.source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
-    if (src < 0) return Fail("open writable path", s.source);
-    int dst = ResolveInRoot(root_fd_, s.target);
-    bool ok = dst >= 0 || Fail("resolve writable path in the sandbox", s.target);
-    if (ok) {
-      ok = (SetAttr(src, "", AT_EMPTY_PATH | AT_RECURSIVE, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV) ==
-                0 &&
-            MoveOnto(src, dst) == 0) ||
-           Fail("bind writable path", s.target);
-      ::close(dst);
-    }
-    ::close(src);
-    return ok;
-  }
-
   bool ReadOnlyInRoot(const MountStep& s) {
     if (!EnsureRoot()) return false;
     int dst = ResolveInRoot(root_fd_, s.target);
@@ -253,6 +237,42 @@ class ChildMounter {
 }  // namespace
 
 const char* MountPlan::Keep(std::string s) { return strings_.emplace_back(std::move(s)).c_str(); }
+
+absl::StatusOr<int> MountPlan::OpenTree(const std::string& path, absl::string_view what,
+                                        const MountOptions& options) {
+  if (trees_.size() >= kMaxTrees) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": too many writable paths (at most ", kMaxTrees, ")"));
+  }
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return ErrnoStatus(absl::StrCat(what, ": cannot use \"", path, "\""));
+  }
+  UniqueFd tree(
+      ::open_tree(AT_FDCWD, path.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE));
+  if (!tree) {
+    return ErrnoStatus(
+        absl::StrCat(what, ": open_tree \"", path, "\" (binding host paths needs root)"));
+  }
+  int userns_fd = -1;
+  if (options.sandbox_ids &&
+      (st.st_uid != options.sandbox_ids->first || st.st_gid != options.sandbox_ids->second)) {
+    UniqueFd& userns = mapping_namespaces_[{st.st_uid, st.st_gid}];
+    if (!userns) {
+      ASSIGN_OR_RETURN(userns,
+                       MakeMappingUserNamespace(st.st_uid, st.st_gid, options.sandbox_ids->first,
+                                                options.sandbox_ids->second));
+    }
+    userns_fd = userns.get();
+  }
+  absl::Status prepared = PrepareTree(tree.get(), userns_fd, path);
+  if (!prepared.ok())
+    return absl::Status(prepared.code(), absl::StrCat(what, ": ", prepared.message()));
+  int fd = tree.get();
+  trees_.push_back(std::move(tree));
+  inherited_fds_.push_back(fd);
+  return fd;
+}
 
 absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
   MountPlan plan;
@@ -354,13 +374,12 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
             .target = in_new_root("/tmp"),
             .data = plan.Keep(tmpfs_data),
             .flags = MS_NOSUID | MS_NODEV});
-  if (options.workspace_tree_fd >= 0) {
-    plan.Add({.kind = K::kAttachInRoot, .target = "/workspace", .fd = options.workspace_tree_fd});
-    plan.inherited_fd_ = options.workspace_tree_fd;
-  } else if (options.workspace_dir) {
-    plan.Add({.kind = K::kBindInRoot,
+  if (options.workspace_dir) {
+    ASSIGN_OR_RETURN(int fd, plan.OpenTree(*options.workspace_dir, "--workspace", options));
+    plan.Add({.kind = K::kAttachInRoot,
               .source = plan.Keep(*options.workspace_dir),
-              .target = "/workspace"});
+              .target = "/workspace",
+              .fd = fd});
   } else {
     plan.Add({.kind = K::kTmpfs,
               .target = in_new_root("/workspace"),
@@ -370,11 +389,28 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
 
   // Policy paths: writable first, then read-only inside them, then hidden (deny wins).
   for (const std::string& path : options.writable_paths) {
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0) {
-      return ErrnoStatus(absl::StrCat("filesystem.allowWrite: cannot use \"", path, "\""));
+    ASSIGN_OR_RETURN(int fd, plan.OpenTree(path, "filesystem.allowWrite", options));
+    // Paths under the sandbox's private /tmp (or tmpfs /workspace) do not exist there yet:
+    // create the mount point. /proc, /sys, /dev and /run have no place for host directories.
+    for (const char* own : {"/proc", "/sys", "/dev", "/run"}) {
+      if (path == own || absl::StartsWith(path, absl::StrCat(own, "/"))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "filesystem.allowWrite: \"", path, "\" is under ", own,
+            ", which the sandbox gets fresh from the kernel; it cannot show a host path there"));
+      }
     }
-    plan.Add({.kind = K::kBindInRoot, .source = plan.Keep(path), .target = plan.Keep(path)});
+    if (absl::StartsWith(path, "/tmp/") ||
+        (!options.workspace_dir && absl::StartsWith(path, "/workspace/"))) {
+      struct stat st;
+      bool is_dir = ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+      for (size_t slash = path.find('/', 1); slash != std::string::npos;
+           slash = path.find('/', slash + 1)) {
+        plan.Add({.kind = K::kMkdir, .target = in_new_root(path.substr(0, slash))});
+      }
+      plan.Add({.kind = is_dir ? K::kMkdir : K::kTouch, .target = in_new_root(path)});
+    }
+    const char* kept = plan.Keep(path);
+    plan.Add({.kind = K::kAttachInRoot, .source = kept, .target = kept, .fd = fd});
   }
   for (const std::string& path : options.readonly_paths) {
     plan.Add({.kind = K::kReadOnlyInRoot, .target = plan.Keep(path), .optional = true});

@@ -9,26 +9,31 @@
 //   3. make the whole new tree read-only, nosuid, nodev (mount_setattr, AT_RECURSIVE);
 //   4. /proc (fresh, /proc/sys read-only, dangerous files masked), /sys (read-only), /dev (tmpfs
 //      with null, zero, full, random, urandom, tty-less devpts, shm), /tmp and /workspace;
-//   5. policy mounts: writable binds, then read-only binds inside them, then hidden paths, all
-//      resolved inside the new root (openat2 RESOLVE_IN_ROOT) so host symlinks cannot redirect;
+//   5. policy mounts: writable binds (host trees the parent opened with open_tree before clone),
+//      then read-only binds inside them, then hidden paths, all resolved inside the new root
+//      (openat2 RESOLVE_IN_ROOT) so host symlinks cannot redirect;
 //   6. pivot_root into the new root and detach the old one.
 #pragma once
 
 #include <sys/types.h>
 
 #include <deque>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "sandbox/util/unique_fd.h"
 
 namespace moat::sandbox {
 
 struct MountOptions {
   uint64_t tmpfs_bytes = 64ull << 20;        // size of /tmp and /workspace, each
   std::optional<std::string> workspace_dir;  // host dir bound at /workspace, else a tmpfs
-  int workspace_tree_fd = -1;  // if set: a prepared (idmapped) tree of workspace_dir to attach
+  // The sandbox root's ids on the host. A writable host path (workspace or allowWrite) owned by
+  // someone else is bound idmapped, so its owner's files appear as the sandbox root's (idmap.h).
+  std::optional<std::pair<uid_t, gid_t>> sandbox_ids;
   std::vector<std::string> writable_paths;  // host paths bound read-write at the same path
   std::vector<std::string> readonly_paths;  // re-bound read-only (inside writable ones)
   std::vector<std::string> hidden_paths;    // covered: dirs by an empty tmpfs, files by /dev/null
@@ -47,8 +52,8 @@ struct MountStep {
     kProc,            // mount proc on `target`
     kSysfs,           // mount sysfs on `target`, read-only; an empty read-only tmpfs if refused
     kDevpts,          // mount devpts (newinstance) on `target`
-    kBindInRoot,      // bind host `source` on `target` resolved inside the new root (writable)
-    kAttachInRoot,    // move_mount the detached tree `fd` onto `target` resolved in the new root
+    kAttachInRoot,    // move_mount the detached tree `fd` (opened by the parent from host
+                      // path `source`) onto `target` resolved inside the new root
     kReadOnlyInRoot,  // re-bind `target` (resolved inside the new root) read-only
     kHideInRoot,      // cover `target` (resolved inside the new root)
     kPivot,           // pivot_root into `target`, detach the old root, chdir `source`
@@ -65,7 +70,11 @@ struct MountStep {
 class MountPlan {
  public:
   // Reads the host's top-level directory and checks that the policy's writable paths exist.
+  // Needs CAP_SYS_ADMIN for the writable paths and a --workspace bind (open_tree clones).
   static absl::StatusOr<MountPlan> Build(const MountOptions& options);
+
+  // At most this many writable host trees (allowWrite paths plus the workspace).
+  static constexpr size_t kMaxTrees = 48;
 
   MountPlan(MountPlan&&) = default;
   MountPlan& operator=(MountPlan&&) = default;
@@ -75,18 +84,25 @@ class MountPlan {
   bool Execute(int error_fd) const;
 
   const std::vector<MountStep>& steps() const { return steps_; }
-  // A descriptor the child must keep open until Execute() (a prepared tree), or -1.
-  int inherited_fd() const { return inherited_fd_; }
+  // Descriptors the child must keep open until Execute(): the detached host trees to attach.
+  const std::vector<int>& inherited_fds() const { return inherited_fds_; }
 
  private:
   MountPlan() = default;
   const char* Keep(std::string s);
+  // open_tree(OPEN_TREE_CLONE) of a host path, nosuid and nodev; the plan keeps the descriptor.
+  absl::StatusOr<int> OpenTree(const std::string& path, absl::string_view what,
+                               const MountOptions& options);
   void Add(MountStep step) { steps_.push_back(step); }
 
   std::deque<std::string> strings_;  // deque: references stay valid as it grows
   std::vector<MountStep> steps_;
   std::string new_root_;
-  int inherited_fd_ = -1;
+  // Detached copies of host directories (open_tree), made before clone: inside the child's mount
+  // namespace the staging tmpfs at /tmp hides part of the host, so sources are opened here.
+  std::vector<UniqueFd> trees_;
+  std::map<std::pair<uid_t, gid_t>, UniqueFd> mapping_namespaces_;  // by owner, for idmaps
+  std::vector<int> inherited_fds_;
 };
 
 }  // namespace moat::sandbox

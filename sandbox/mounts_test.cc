@@ -91,8 +91,8 @@ TEST(MountPlanTest, PolicyPathsAreOrderedWritableThenReadOnlyThenHidden) {
   options.hidden_paths = {"/var/lib/secret"};
   absl::StatusOr<MountPlan> plan = MountPlan::Build(options);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  int ws = IndexOf(*plan, K::kBindInRoot, "/workspace");
-  int w = IndexOf(*plan, K::kBindInRoot, "/var");
+  int ws = IndexOf(*plan, K::kAttachInRoot, "/workspace");
+  int w = IndexOf(*plan, K::kAttachInRoot, "/var");
   int ro = IndexOf(*plan, K::kReadOnlyInRoot, "/var/lib");
   int hide = IndexOf(*plan, K::kHideInRoot, "/var/lib/secret");
   ASSERT_GE(ws, 0);
@@ -110,6 +110,32 @@ TEST(MountPlanTest, MissingWritablePathIsAnError) {
   ASSERT_FALSE(plan.ok());
   EXPECT_THAT(std::string(plan.status().message()),
               HasSubstr("filesystem.allowWrite: cannot use \"/nonexistent/moat-test\""));
+}
+
+TEST(MountPlanTest, WritablePathUnderPrivateTmpGetsAMountPoint) {
+  char tmpl[] = "/tmp/moat-mounts-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  MountOptions options;
+  options.writable_paths = {tmpl};
+  absl::StatusOr<MountPlan> plan = MountPlan::Build(options);
+  ::rmdir(tmpl);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int mkdir = IndexOf(*plan, K::kMkdir, std::string("/tmp") + tmpl);
+  int attach = IndexOf(*plan, K::kAttachInRoot, tmpl);
+  ASSERT_GE(mkdir, 0);
+  ASSERT_GE(attach, 0);
+  EXPECT_LT(IndexOf(*plan, K::kTmpfs, "/tmp/tmp"), mkdir);  // on the sandbox's own /tmp
+  EXPECT_LT(mkdir, attach);
+  EXPECT_EQ(plan->inherited_fds().size(), 1u);
+  EXPECT_GE(plan->steps()[attach].fd, 0);
+}
+
+TEST(MountPlanTest, WritablePathUnderProcIsRefused) {
+  MountOptions options;
+  options.writable_paths = {"/proc/sys"};
+  absl::StatusOr<MountPlan> plan = MountPlan::Build(options);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_THAT(std::string(plan.status().message()), HasSubstr("is under /proc"));
 }
 
 TEST(MountPlanTest, StringsSurviveAMove) {

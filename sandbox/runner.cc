@@ -1,5 +1,6 @@
 #include "sandbox/runner.h"
 
+#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,7 +11,6 @@
 #include "absl/strings/str_split.h"
 #include "sandbox/caps.h"
 #include "sandbox/contain.h"
-#include "sandbox/idmap.h"
 #include "sandbox/rlimits.h"
 #include "sandbox/spawn.h"
 #include "sandbox/supervisor.h"
@@ -19,6 +19,14 @@
 
 namespace moat::sandbox {
 namespace {
+
+// Removes `path` and everything under it without following symlinks.
+void RemoveTree(const std::string& path) {
+  ::nftw(
+      path.c_str(),
+      [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p) == 0 ? 0 : 0; },
+      16, FTW_DEPTH | FTW_PHYS);
+}
 
 constexpr char kSandboxPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -65,19 +73,16 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   ASSIGN_OR_RETURN(const SeccompProgram* seccomp, Seccomp());
   const absl::Time seccomp_ready = absl::Now();
   MountOptions mount_options = request.mounts;
-  UniqueFd workspace_tree;
-  if (mount_options.workspace_dir && mount_options.workspace_tree_fd < 0) {
-    struct stat st;
-    if (::stat(mount_options.workspace_dir->c_str(), &st) != 0) {
-      return ErrnoStatus(absl::StrCat("--workspace: \"", *mount_options.workspace_dir, "\""));
-    }
-    if (st.st_uid != ids_.host_uid) {
-      ASSIGN_OR_RETURN(workspace_tree, OpenIdmappedTree(*mount_options.workspace_dir, ids_.host_uid,
-                                                        ids_.host_gid));
-      mount_options.workspace_tree_fd = workspace_tree.get();
-    }
-  }
+  mount_options.sandbox_ids = std::make_pair(ids_.host_uid, ids_.host_gid);
   ASSIGN_OR_RETURN(MountPlan mounts, MountPlan::Build(mount_options));
+  // A read-only path that does not exist yet cannot be covered by a mount, and under a writable
+  // path the sandbox could create it (say .vscode/tasks.json, which an editor would later run on
+  // the host). Note such paths now; whatever appears there is removed when the run ends.
+  std::vector<std::string> absent_protected;
+  for (const std::string& path : mount_options.readonly_paths) {
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0 && errno == ENOENT) absent_protected.push_back(path);
+  }
   const absl::Time planned = absl::Now();
 
   ContainPlan plan;
@@ -124,6 +129,15 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   watch.cancel_fd = request.cancel_fd;
   watch.arch = seccomp->arch();
   absl::StatusOr<RunResult> result = Supervise(proc, *cgroup, watch);
+  for (const std::string& path : absent_protected) {
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0) continue;
+    RemoveTree(path);
+    if (result.ok()) {
+      result->violations.push_back(
+          {"filesystem", absl::StrCat("created read-only path \"", path, "\"; removed it")});
+    }
+  }
   // Off the command's path: remove what runs that died without cleaning up left behind (their
   // names start with a pid that no longer exists).
   absl::StatusOr<std::vector<std::string>> stale = CleanupStaleCgroups(layout_);

@@ -4,9 +4,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <thread>
 
 #include "sandbox/host_view.h"
@@ -119,6 +121,42 @@ TEST_F(RunnerTest, WorksFromAMultiThreadedSupervisor) {
   }
   stop = true;
   for (std::thread& t : busy) t.join();
+}
+
+// A writable host directory owned by host root (not the sandbox's uid) is idmapped: the sandbox
+// can write, files land owned by the directory's owner, and a protected path that did not exist
+// (.vscode under a writable root) is removed after the run and reported.
+TEST_F(RunnerTest, WritableHostPathIsIdmappedAndProtectedPathsAreRemoved) {
+  char tmpl[] = "/tmp/moat-runner-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  std::string dir = tmpl;
+  ASSERT_EQ(::mkdir((dir + "/.git").c_str(), 0755), 0);
+  RunRequest req = Request({"/bin/sh", "-c",
+                            "cd " + dir +
+                                " && echo data > out.txt && mkdir .vscode && "
+                                "echo x > .vscode/tasks.json && echo y > .git/config; echo done"});
+  Policy policy;
+  policy.allow_write = {dir};
+  policy.deny_write = {dir + "/.vscode", dir + "/.git/config"};
+  HostContext host;
+  host.home = "/nonexistent-home";
+  absl::StatusOr<MountOptions> mounts = MountOptionsFor(policy, host, std::nullopt);
+  ASSERT_TRUE(mounts.ok()) << mounts.status();
+  req.mounts = *mounts;
+  absl::StatusOr<RunResult> r = runner_->Run(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stdout_text.text, "done\n");
+  struct stat st;
+  ASSERT_EQ(::stat((dir + "/out.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);  // stored as the directory's owner, through the idmap
+  EXPECT_NE(::lstat((dir + "/.vscode").c_str(), &st), 0);
+  EXPECT_NE(::lstat((dir + "/.git/config").c_str(), &st), 0);
+  int reported = 0;
+  for (const Violation& v : r->violations) {
+    if (v.kind == "filesystem") ++reported;
+  }
+  EXPECT_EQ(reported, 2);
+  std::system(("rm -rf '" + dir + "'").c_str());
 }
 
 TEST_F(RunnerTest, EmptyCommandIsAnError) {
