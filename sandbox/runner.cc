@@ -1,10 +1,15 @@
 #include "sandbox/runner.h"
 
-#include <ftw.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
+#include <optional>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -20,12 +25,62 @@
 namespace moat::sandbox {
 namespace {
 
-// Removes `path` and everything under it without following symlinks.
-void RemoveTree(const std::string& path) {
-  ::nftw(
-      path.c_str(),
-      [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p) == 0 ? 0 : 0; },
-      16, FTW_DEPTH | FTW_PHYS);
+// Removes `name` in `dirfd` and everything under it, never following a symlink.
+void RemoveTreeAt(int dirfd, const char* name) {
+  struct stat st;
+  if (::fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return;
+  if (S_ISDIR(st.st_mode)) {
+    int fd = ::openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+      if (DIR* dir = ::fdopendir(fd)) {  // takes ownership of fd
+        while (struct dirent* e = ::readdir(dir)) {
+          if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
+            RemoveTreeAt(::dirfd(dir), e->d_name);
+          }
+        }
+        ::closedir(dir);
+      } else {
+        ::close(fd);
+      }
+    }
+    ::unlinkat(dirfd, name, AT_REMOVEDIR);
+  } else {
+    ::unlinkat(dirfd, name, 0);
+  }
+}
+
+// After a run: if something now exists at the protected `path`, remove it and say what happened.
+// The path is resolved without following symlinks: the sandbox could have replaced a parent
+// directory with a link to anywhere on the host, and moat runs as root.
+std::optional<Violation> RemoveCreatedProtectedPath(const std::string& path) {
+  size_t slash = path.rfind('/');
+  std::string parent = slash == 0 ? "/" : path.substr(0, slash);
+  std::string name = path.substr(slash + 1);
+  struct open_how how = {};
+  how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
+  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  int dirfd = static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, parent.c_str(), &how, sizeof(how)));
+  if (dirfd < 0) {
+    if (errno == ELOOP) {
+      return Violation{"filesystem", absl::StrCat("replaced a directory above read-only path \"",
+                                                  path, "\" with a symlink")};
+    }
+    return std::nullopt;  // the parent is gone: nothing was created there
+  }
+  std::optional<Violation> found;
+  struct stat st;
+  if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    // O_PATH descriptors cannot be used for unlinkat; reopen the directory for real.
+    int real = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (real >= 0) {
+      RemoveTreeAt(real, name.c_str());
+      ::close(real);
+    }
+    found =
+        Violation{"filesystem", absl::StrCat("created read-only path \"", path, "\"; removed it")};
+  }
+  ::close(dirfd);
+  return found;
 }
 
 constexpr char kSandboxPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -130,13 +185,8 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   watch.arch = seccomp->arch();
   absl::StatusOr<RunResult> result = Supervise(proc, *cgroup, watch);
   for (const std::string& path : absent_protected) {
-    struct stat st;
-    if (::lstat(path.c_str(), &st) != 0) continue;
-    RemoveTree(path);
-    if (result.ok()) {
-      result->violations.push_back(
-          {"filesystem", absl::StrCat("created read-only path \"", path, "\"; removed it")});
-    }
+    std::optional<Violation> v = RemoveCreatedProtectedPath(path);
+    if (v && result.ok()) result->violations.push_back(*std::move(v));
   }
   // Off the command's path: remove what runs that died without cleaning up left behind (their
   // names start with a pid that no longer exists).

@@ -159,6 +159,40 @@ TEST_F(RunnerTest, WritableHostPathIsIdmappedAndProtectedPathsAreRemoved) {
   std::system(("rm -rf '" + dir + "'").c_str());
 }
 
+// The clean-up of created protected paths runs as root on the host: it must not follow a symlink
+// the sandbox planted in place of a parent directory (here .git -> a host directory holding a
+// file named "config" that must survive).
+TEST_F(RunnerTest, ProtectedPathCleanupDoesNotFollowPlantedSymlinks) {
+  char tmpl[] = "/tmp/moat-runner-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  std::string dir = tmpl;
+  std::string decoy = dir + "-decoy";
+  ASSERT_EQ(::mkdir((dir + "/.git").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(decoy.c_str(), 0755), 0);
+  ASSERT_EQ(std::system(("echo keep > '" + decoy + "/config'").c_str()), 0);
+  RunRequest req =
+      Request({"/bin/sh", "-c", "cd " + dir + " && mv .git .git-old && ln -s " + decoy + " .git"});
+  Policy policy;
+  policy.allow_write = {dir};
+  policy.deny_write = {dir + "/.git/config"};
+  HostContext host;
+  host.home = "/nonexistent-home";
+  absl::StatusOr<MountOptions> mounts = MountOptionsFor(policy, host, std::nullopt);
+  ASSERT_TRUE(mounts.ok()) << mounts.status();
+  req.mounts = *mounts;
+  absl::StatusOr<RunResult> r = runner_->Run(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  struct stat st;
+  EXPECT_EQ(::stat((decoy + "/config").c_str(), &st), 0) << "followed the planted symlink";
+  bool reported = false;
+  for (const Violation& v : r->violations) {
+    reported =
+        reported || (v.kind == "filesystem" && v.detail.find("symlink") != std::string::npos);
+  }
+  EXPECT_TRUE(reported);
+  std::system(("rm -rf '" + dir + "' '" + decoy + "'").c_str());
+}
+
 TEST_F(RunnerTest, EmptyCommandIsAnError) {
   absl::StatusOr<RunResult> r = runner_->Run(Request({}));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
