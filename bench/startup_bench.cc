@@ -199,10 +199,161 @@ bool RunRounds(std::vector<Case>& cases, const Flags& flags) {
   return true;
 }
 
+std::vector<std::string> Concat(std::vector<std::string> head,
+                                const std::vector<std::string>& tail) {
+  head.insert(head.end(), tail.begin(), tail.end());
+  return head;
+}
+
+// What every runner needs, made once.
+struct Setup {
+  Flags flags;
+  std::vector<Command> commands;
+  std::vector<std::string> env;           // for every timed run
+  std::optional<CrunView> crun_view;      // crun's mount namespace
+  std::vector<std::string> crun_configs;  // one per command, same order
+  std::vector<std::string> notes;         // printed above the table
+};
+
+// One way to start a command.
+struct Runner {
+  std::string name;
+  std::string shown;  // its command line, for the report
+  std::function<RunSpec(const Command&, int seq)> make;
+  std::function<void(int seq)> after_failure;
+  std::string skipped;
+};
+
+// The bubblewrap command line under comparison, exactly.
+constexpr char kBwrapFlags[] =
+    "--unshare-all --die-with-parent --new-session --ro-bind / / --tmpfs /tmp --proc /proc "
+    "--dev /dev";
+
+Runner MoatRunner(const Setup& setup) {
+  const std::vector<std::string> prefix = {setup.flags.moat, "run", "--"};
+  return {kMoatRunner, absl::StrCat(absl::StrJoin(prefix, " "), " COMMAND"),
+          [&setup, prefix](const Command& c, int) {
+            return RunSpec{Concat(prefix, c.argv), setup.env};
+          }};
+}
+
+Runner BwrapRunner(const Setup& setup) {
+  std::vector<std::string> prefix = {setup.flags.bwrap};
+  for (absl::string_view flag : absl::StrSplit(kBwrapFlags, ' ')) prefix.emplace_back(flag);
+  Runner r{"bwrap", absl::StrCat(absl::StrJoin(prefix, " "), " COMMAND"),
+           [&setup, prefix](const Command& c, int) {
+             return RunSpec{Concat(prefix, c.argv), setup.env};
+           }};
+  if (setup.flags.bwrap.empty()) {
+    r.skipped = "bwrap not found (apt-get install bubblewrap, or --bwrap=PATH)";
+  }
+  return r;
+}
+
+// Writes crun's per-command configs and prepares its mount namespace (crun_view.h); the reason
+// crun cannot run, or "".
+std::string PrepareCrun(Setup& setup) {
+  const Flags& flags = setup.flags;
+  if (flags.crun.empty()) return "crun not found (apt-get install crun, or --crun=PATH)";
+  if (flags.crun_bundle.empty()) return "no --crun-bundle (bench/run.sh prepares one)";
+  for (size_t i = 0; i < setup.commands.size(); ++i) {
+    setup.crun_configs.push_back(absl::StrCat(flags.crun_bundle, "/config.", i, ".json"));
+    absl::Status written = WriteCrunConfig(absl::StrCat(flags.crun_bundle, "/config.json"),
+                                           setup.commands[i].argv, setup.crun_configs.back());
+    if (!written.ok()) return std::string(written.message());
+  }
+  absl::StatusOr<CrunView> view = PrepareCrunView(absl::StrCat(flags.crun_bundle, "/rootfs"));
+  if (!view.ok()) {
+    return absl::StrCat("cannot prepare crun's mount namespace: ", view.status().message());
+  }
+  setup.crun_view = std::move(*view);
+  setup.notes.insert(setup.notes.end(), setup.crun_view->notes.begin(),
+                     setup.crun_view->notes.end());
+  setup.notes.push_back(
+      "crun = --cgroup-manager=cgroupfs (a v1 cgroup per container, as moat makes one); "
+      "crun-nocg = --cgroup-manager=disabled (no cgroup at all)");
+  return "";
+}
+
+// crun with the cgroup manager `manager`; each run is a new container, "moat-bench-PID-SEQ".
+Runner CrunRunner(const Setup& setup, const std::string& name, const std::string& manager,
+                  const std::string& skipped) {
+  const std::string state = "--root=" + setup.flags.crun_bundle + "/state";
+  const std::vector<std::string> prefix = {setup.flags.crun, state, "--cgroup-manager=" + manager,
+                                           "run", "--bundle=" + setup.flags.crun_bundle};
+  auto id = [](int seq) { return absl::StrCat("moat-bench-", ::getpid(), "-", seq); };
+  auto ns = [&setup] { return setup.crun_view ? setup.crun_view->mount_ns.get() : -1; };
+  Runner r;
+  r.name = name;
+  r.shown = absl::StrCat(absl::StrJoin(prefix, " "), " --config=CONFIG moat-bench-PID-SEQ");
+  r.make = [&setup, prefix, id, ns](const Command& c, int seq) {
+    std::string config;
+    for (size_t i = 0; i < setup.commands.size(); ++i) {
+      if (setup.commands[i].label == c.label) config = setup.crun_configs[i];
+    }
+    return RunSpec{Concat(prefix, {"--config=" + config, id(seq)}), setup.env, ns()};
+  };
+  // A crun that failed half-way can leave its state and cgroups behind; this removes them.
+  r.after_failure = [&setup, state, id, ns](int seq) {
+    (void)TimedRun({{setup.flags.crun, state, "delete", "--force", id(seq)}, setup.env, ns()});
+  };
+  r.skipped = skipped;
+  return r;
+}
+
+Runner ForkExecRunner(const Setup& setup) {
+  return {"fork+exec", "COMMAND", [&setup](const Command& c, int) {
+            return RunSpec{c.argv, setup.env};
+          }};
+}
+
+// moat's own timeline: one extra run per command with MOAT_TRACE=1, after the timed rounds.
+std::string TraceMoat(const Setup& setup) {
+  std::string out;
+  for (const Command& command : setup.commands) {
+    RunSpec spec{Concat({setup.flags.moat, "run", "--"}, command.argv),
+                 CurrentEnvironment({}, {"MOAT_TRACE=1"})};
+    absl::StatusOr<RunOutcome> traced = TimedRun(spec);
+    if (!traced.ok() || !Succeeded(*traced)) {
+      absl::StrAppend(&out, "moat run -- ", command.label,
+                      " with MOAT_TRACE=1 failed: ", FailureOf(traced), "\n");
+      continue;
+    }
+    const std::vector<TracePhase> phases = ParseMoatTrace(traced->output);
+    absl::StrAppend(&out, "moat's setup timeline, one run of `moat run -- ", command.label,
+                    "` with MOAT_TRACE=1:\n");
+    absl::StrAppend(&out, phases.empty() ? "  (no trace lines; does this moat know MOAT_TRACE?)\n"
+                                         : FormatTrace(phases, traced->elapsed));
+  }
+  return out;
+}
+
+void PrintHeader(const Setup& setup, const std::vector<Runner>& runners, size_t cases) {
+  const Flags& flags = setup.flags;
+  struct utsname uts;
+  ::uname(&uts);
+  std::printf("moat start-up benchmark: %d rounds (after %d warm-up), round-robin over %zu cases\n",
+              flags.rounds, flags.warmup, cases);
+  std::printf("machine: Linux %s, %ld CPUs online, load average at the end %s\n", uts.release,
+              ::sysconf(_SC_NPROCESSORS_ONLN), ReadSmallFile("/proc/loadavg").c_str());
+  std::printf("versions: %s", VersionOf(flags.moat).c_str());
+  if (!flags.bwrap.empty()) std::printf("; %s", VersionOf(flags.bwrap).c_str());
+  if (!flags.crun.empty()) std::printf("; %s", VersionOf(flags.crun).c_str());
+  std::printf("; %s\n", VersionOf(flags.python).c_str());
+  std::printf("runners (COMMAND = the command under test):\n");
+  for (const Runner& r : runners) {
+    if (r.skipped.empty()) std::printf("  %-10s %s\n", r.name.c_str(), r.shown.c_str());
+  }
+  for (const std::string& note : setup.notes) std::printf("note: %s\n", note.c_str());
+  std::printf("\n");
+}
+
 int Main(int argc, char** argv) {
   std::optional<Flags> parsed = ParseFlags(argc, argv);
   if (!parsed) return 2;
-  Flags& flags = *parsed;
+  Setup setup;
+  setup.flags = std::move(*parsed);
+  Flags& flags = setup.flags;
   if (flags.moat.empty()) flags.moat = BesideSelf("moat");
   if (flags.bwrap.empty()) flags.bwrap = FindInPath("bwrap");
   if (flags.crun.empty()) flags.crun = FindInPath("crun");
@@ -215,135 +366,29 @@ int Main(int argc, char** argv) {
                  flags.moat.c_str());
     return 1;
   }
-
-  const std::vector<Command> commands = {
+  setup.commands = {
       {"/bin/true", {"/bin/true"}},
       {absl::StrCat(flags.python, " -c pass"), {flags.python, "-c", "pass"}},
   };
-  // No run inherits a MOAT_TRACE from the caller: tracing would be timed too.
-  const std::vector<std::string> env = CurrentEnvironment({"MOAT_TRACE"});
-  std::vector<std::string> notes;
-  std::vector<std::string> runner_lines;
-  auto with = [](std::vector<std::string> head, const std::vector<std::string>& tail) {
-    head.insert(head.end(), tail.begin(), tail.end());
-    return head;
+  // No timed run inherits a MOAT_TRACE from the caller: the tracing would be timed too.
+  setup.env = CurrentEnvironment({"MOAT_TRACE"});
+
+  const std::string crun_skipped = PrepareCrun(setup);
+  const std::vector<Runner> runners = {
+      MoatRunner(setup),
+      BwrapRunner(setup),
+      CrunRunner(setup, "crun", "cgroupfs", crun_skipped),
+      CrunRunner(setup, "crun-nocg", "disabled", crun_skipped),
+      ForkExecRunner(setup),
   };
-
-  // The runners. Each row of `runners` makes the argv for one command.
-  struct Runner {
-    std::string name;
-    std::function<RunSpec(const Command&, int seq)> make;
-    std::function<void(const Command&, int seq)> after_failure;
-    std::string skipped;
-  };
-  std::vector<Runner> runners;
-
-  const std::vector<std::string> moat_prefix = {flags.moat, "run", "--"};
-  runners.push_back({kMoatRunner, [&](const Command& c, int) {
-                       return RunSpec{with(moat_prefix, c.argv), env};
-                     }});
-  runner_lines.push_back(absl::StrCat(absl::StrJoin(moat_prefix, " "), " COMMAND"));
-
-  const std::vector<std::string> bwrap_prefix = {flags.bwrap,
-                                                 "--unshare-all",
-                                                 "--die-with-parent",
-                                                 "--new-session",
-                                                 "--ro-bind",
-                                                 "/",
-                                                 "/",
-                                                 "--tmpfs",
-                                                 "/tmp",
-                                                 "--proc",
-                                                 "/proc",
-                                                 "--dev",
-                                                 "/dev"};
-  runners.push_back({"bwrap", [&](const Command& c, int) {
-                       return RunSpec{with(bwrap_prefix, c.argv), env};
-                     }});
-  if (flags.bwrap.empty()) {
-    runners.back().skipped = "bwrap not found (apt-get install bubblewrap, or --bwrap=PATH)";
-  } else {
-    runner_lines.push_back(absl::StrCat(absl::StrJoin(bwrap_prefix, " "), " COMMAND"));
-  }
-
-  // crun: one config per command, and its own mount namespace (see crun_view.h).
-  std::string crun_skipped;
-  std::optional<CrunView> crun_view;
-  std::vector<std::string> crun_configs;
-  const std::string crun_state = absl::StrCat(flags.crun_bundle, "/state");
-  if (flags.crun.empty()) {
-    crun_skipped = "crun not found (apt-get install crun, or --crun=PATH)";
-  } else if (flags.crun_bundle.empty()) {
-    crun_skipped = "no --crun-bundle (bench/run.sh prepares one)";
-  } else {
-    for (size_t i = 0; i < commands.size() && crun_skipped.empty(); ++i) {
-      crun_configs.push_back(absl::StrCat(flags.crun_bundle, "/config.", i, ".json"));
-      absl::Status written = WriteCrunConfig(absl::StrCat(flags.crun_bundle, "/config.json"),
-                                             commands[i].argv, crun_configs.back());
-      if (!written.ok()) crun_skipped = std::string(written.message());
-    }
-    if (crun_skipped.empty()) {
-      absl::StatusOr<CrunView> view = PrepareCrunView(absl::StrCat(flags.crun_bundle, "/rootfs"));
-      if (view.ok()) {
-        crun_view = std::move(*view);
-        notes.insert(notes.end(), crun_view->notes.begin(), crun_view->notes.end());
-      } else {
-        crun_skipped =
-            absl::StrCat("cannot prepare crun's mount namespace: ", view.status().message());
-      }
-    }
-  }
-  // Two crun cases: with a cgroup per container (as moat makes one) and without any.
-  for (const auto& [name, manager] : std::vector<std::pair<std::string, std::string>>{
-           {"crun", "cgroupfs"}, {"crun-nocg", "disabled"}}) {
-    const std::vector<std::string> prefix = {flags.crun, "--root=" + crun_state,
-                                             "--cgroup-manager=" + manager, "run",
-                                             "--bundle=" + flags.crun_bundle};
-    auto id = [](int seq) { return absl::StrCat("moat-bench-", ::getpid(), "-", seq); };
-    auto config_of = [&, commands](const Command& c) {
-      for (size_t i = 0; i < commands.size(); ++i) {
-        if (commands[i].label == c.label) return crun_configs[i];
-      }
-      return std::string();
-    };
-    Runner r;
-    r.name = name;
-    r.make = [&, prefix, id, config_of](const Command& c, int seq) {
-      return RunSpec{with(prefix, {"--config=" + config_of(c), id(seq)}), env,
-                     crun_view ? crun_view->mount_ns.get() : -1};
-    };
-    r.after_failure = [&, id](const Command&, int seq) {
-      // A crun that failed half-way can leave its state and cgroups; this removes them.
-      (void)TimedRun({{flags.crun, "--root=" + crun_state, "delete", "--force", id(seq)},
-                      env,
-                      crun_view ? crun_view->mount_ns.get() : -1});
-    };
-    r.skipped = crun_skipped;
-    runners.push_back(std::move(r));
-    if (crun_skipped.empty()) {
-      runner_lines.push_back(absl::StrCat(absl::StrJoin(prefix, " "),
-                                          " --config=CONFIG-FOR-COMMAND moat-bench-PID-SEQ"));
-    }
-  }
-  if (crun_skipped.empty()) {
-    notes.push_back(
-        "crun = --cgroup-manager=cgroupfs (a v1 cgroup per container, as moat makes one); "
-        "crun-nocg = --cgroup-manager=disabled (no cgroup at all)");
-  }
-
-  runners.push_back({"fork+exec", [&](const Command& c, int) { return RunSpec{c.argv, env}; }});
-  runner_lines.push_back("COMMAND");
-
   std::vector<Case> cases;
-  for (const Command& command : commands) {
+  for (const Command& command : setup.commands) {
     for (const Runner& runner : runners) {
       Case c;
       c.command = command.label;
       c.runner = runner.name;
       c.make = [&runner, &command](int seq) { return runner.make(command, seq); };
-      if (runner.after_failure) {
-        c.after_failure = [&runner, &command](int seq) { runner.after_failure(command, seq); };
-      }
+      c.after_failure = runner.after_failure;
       c.required = runner.name == kMoatRunner;
       c.skipped = runner.skipped;
       cases.push_back(std::move(c));
@@ -353,43 +398,9 @@ int Main(int argc, char** argv) {
   std::fprintf(stderr, "startup_bench: %d warm-up + %d timed rounds of %zu cases\n", flags.warmup,
                flags.rounds, cases.size());
   if (!RunRounds(cases, flags)) return 1;
+  const std::string traces = TraceMoat(setup);
 
-  // moat's own timeline: one extra, traced run per command, after the timed rounds.
-  std::string traces;
-  for (const Command& command : commands) {
-    RunSpec spec{with(moat_prefix, command.argv), CurrentEnvironment({}, {"MOAT_TRACE=1"})};
-    absl::StatusOr<RunOutcome> traced = TimedRun(spec);
-    if (!traced.ok() || !Succeeded(*traced)) {
-      absl::StrAppend(&traces, "moat run -- ", command.label,
-                      " with MOAT_TRACE=1 failed: ", FailureOf(traced), "\n");
-      continue;
-    }
-    const std::vector<TracePhase> phases = ParseMoatTrace(traced->output);
-    absl::StrAppend(&traces, "moat's setup timeline, one run of `moat run -- ", command.label,
-                    "` with MOAT_TRACE=1:\n");
-    if (phases.empty()) {
-      absl::StrAppend(&traces,
-                      "  (moat printed no trace lines; does this build support MOAT_TRACE?)\n");
-    } else {
-      absl::StrAppend(&traces, FormatTrace(phases, traced->elapsed));
-    }
-  }
-
-  struct utsname uts;
-  ::uname(&uts);
-  std::printf("moat start-up benchmark: %d rounds (after %d warm-up), round-robin over %zu cases\n",
-              flags.rounds, flags.warmup, cases.size());
-  std::printf("machine: Linux %s, %ld CPUs online, load average at the end %s\n", uts.release,
-              ::sysconf(_SC_NPROCESSORS_ONLN), ReadSmallFile("/proc/loadavg").c_str());
-  std::printf("versions: %s", VersionOf(flags.moat).c_str());
-  if (!flags.bwrap.empty()) std::printf("; %s", VersionOf(flags.bwrap).c_str());
-  if (!flags.crun.empty()) std::printf("; %s", VersionOf(flags.crun).c_str());
-  std::printf("; %s\n", VersionOf(flags.python).c_str());
-  std::printf("runners (COMMAND = the command under test):\n");
-  for (const std::string& line : runner_lines) std::printf("  %s\n", line.c_str());
-  for (const std::string& note : notes) std::printf("note: %s\n", note.c_str());
-  std::printf("\n");
-
+  PrintHeader(setup, runners, cases.size());
   std::vector<CaseResult> results;
   for (const Case& c : cases) {
     results.push_back({c.command, c.runner, Summarize(c.samples), c.failed, c.failure, c.skipped});
