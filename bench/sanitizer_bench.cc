@@ -1,9 +1,7 @@
-// Throughput of the output sanitizer on 1 MiB streams (the default cap). Not part of the CMake
-// build; build and run by hand from the repository root after `ninja -C build moat_sandbox`:
+// Throughput of the output sanitizer on 1 MiB streams (the default cap). Built with the rest of
+// the tree as target `sanitizer_bench`:
 //
-//   g++ -std=c++20 -O2 -I. bench/sanitizer_bench.cc build/sandbox/libmoat_sandbox.a \
-//       $(pkg-config --libs absl_strings absl_str_format) -o /tmp/sanitizer_bench
-//   /tmp/sanitizer_bench
+//   ninja -C build -j1 sanitizer_bench && ./build/bin/sanitizer_bench
 //
 // Each corpus is sanitized repeatedly; the best of several rounds is reported, in MB/s of raw
 // input (1 MB = 10^6 bytes).
