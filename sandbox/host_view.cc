@@ -1,7 +1,6 @@
 #include "sandbox/host_view.h"
 
 #include <dirent.h>
-#include <pwd.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
@@ -9,6 +8,7 @@
 #include <set>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "sandbox/util/errno_status.h"
@@ -41,9 +41,24 @@ HostContext CurrentHostContext() {
   HostContext host;
   if (const char* home = std::getenv("HOME"); home && *home) host.home = home;
   if (const char* sudo_user = std::getenv("SUDO_USER"); sudo_user && *sudo_user) {
-    if (struct passwd* pw = ::getpwnam(sudo_user); pw && pw->pw_dir) host.sudo_home = pw->pw_dir;
+    host.sudo_home = HomeFromPasswd("/etc/passwd", sudo_user, 0);
   }
   return host;
+}
+
+std::string HomeFromPasswd(const std::string& passwd, absl::string_view name, uid_t uid) {
+  std::ifstream in(passwd);
+  std::string line;
+  while (std::getline(in, line)) {
+    // name:password:uid:gid:gecos:home:shell
+    std::vector<absl::string_view> f = absl::StrSplit(line, ':');
+    if (f.size() < 7) continue;
+    uint32_t entry_uid;
+    bool match =
+        name.empty() ? absl::SimpleAtoi(f[2], &entry_uid) && entry_uid == uid : f[0] == name;
+    if (match) return std::string(f[5]);
+  }
+  return "";
 }
 
 std::vector<std::string> HostSocketPaths(const std::string& proc_net_unix) {

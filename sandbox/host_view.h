@@ -2,6 +2,8 @@
 // are always hidden (credentials, homes, host sockets).
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -26,6 +28,11 @@ struct HostContext {
 
 // Reads HOME and SUDO_USER from the environment.
 HostContext CurrentHostContext();
+
+// The home directory of the user named `name` (or, if `name` is empty, of `uid`) in `passwd`
+// (/etc/passwd format); "" if there is none. Read directly rather than through NSS, so that the
+// moat binary can be linked statically (glibc's getpw* needs shared NSS modules at run time).
+std::string HomeFromPasswd(const std::string& passwd, absl::string_view name, uid_t uid);
 
 // Bound host sockets listed in /proc/net/unix (path sockets only). A path socket is reachable
 // through any read-only view of its directory, so each is covered.

@@ -91,6 +91,19 @@ TEST_F(HostViewTest, HomeStaysVisibleWhenThePolicySaysSo) {
   EXPECT_THAT(m->hidden_paths, Contains("/root"));
 }
 
+TEST_F(HostViewTest, FindsHomesInPasswd) {
+  std::string passwd = Make("passwd", false);
+  std::ofstream(passwd) << "root:x:0:0:root:/root:/bin/bash\n"
+                           "broken line\n"
+                           "alice:x:1000:1000:Alice,,,:/home/alice:/bin/bash\n";
+  EXPECT_EQ(HomeFromPasswd(passwd, "alice", 0), "/home/alice");
+  EXPECT_EQ(HomeFromPasswd(passwd, "", 1000), "/home/alice");
+  EXPECT_EQ(HomeFromPasswd(passwd, "", 0), "/root");
+  EXPECT_EQ(HomeFromPasswd(passwd, "bob", 0), "");
+  EXPECT_EQ(HomeFromPasswd(passwd, "", 4242), "");
+  EXPECT_EQ(HomeFromPasswd(dir_ + "/missing", "alice", 0), "");
+}
+
 TEST_F(HostViewTest, WorkspaceMustBeADirectory) {
   HostContext host;
   host.proc_net_unix = "/nonexistent";

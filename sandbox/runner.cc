@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <thread>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -116,15 +117,26 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
     return absl::InvalidArgumentError("no command given");
   }
   const absl::Time begin = absl::Now();
-  // The cgroup first, then the warm-up: creating a cgroup waits for the lock the warm-up holds
-  // during its grace period, while everything after this overlaps with it.
+  // cgroups. On v2 the cgroup comes first: the child is created inside it. On v1 the warm-up
+  // thread starts at once (see cgroup_prewarm.h) and the cgroup is made after clone3, while the
+  // child builds its mounts; making it first would wait behind the warm-up's grace period.
   CgroupLimits limits{request.limits.memory_bytes, request.limits.pids, request.limits.cpus};
-  ASSIGN_OR_RETURN(std::unique_ptr<Cgroup> cgroup,
-                   Cgroup::Create(layout_, absl::StrCat(::getpid(), "-", runs_++), limits));
-  auto destroy = absl::MakeCleanup([&] { cgroup->Destroy().IgnoreError(); });
+  const std::string cgroup_name = absl::StrCat(::getpid(), "-", runs_++);
+  std::unique_ptr<Cgroup> cgroup;
+  auto destroy = absl::MakeCleanup([&] {
+    if (cgroup) cgroup->Destroy().IgnoreError();
+  });
+  std::unique_ptr<CgroupPrewarm> prewarm;
+  if (layout_.kind == CgroupLayout::Kind::kV2) {
+    ASSIGN_OR_RETURN(cgroup, Cgroup::Create(layout_, cgroup_name, limits));
+  } else {
+    prewarm = CgroupPrewarm::Start(layout_);
+  }
+  // Runs that died without cleaning up left cgroups behind (their names start with a pid that
+  // no longer exists); remove them off the command's path.
+  std::thread stale_cleanup([this] { CleanupStaleCgroups(layout_).IgnoreError(); });
+  auto join_cleanup = absl::MakeCleanup([&] { stale_cleanup.join(); });
   const absl::Time cgroup_ready = absl::Now();
-  std::unique_ptr<CgroupPrewarm> prewarm =
-      std::getenv("MOAT_NO_PREWARM") ? nullptr : CgroupPrewarm::Start(layout_);
   ASSIGN_OR_RETURN(const SeccompProgram* seccomp, Seccomp());
   const absl::Time seccomp_ready = absl::Now();
   MountOptions mount_options = request.mounts;
@@ -169,6 +181,10 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
 
   SpawnOptions spawn;
   spawn.cgroup = cgroup.get();
+  spawn.make_cgroup = [&]() -> absl::StatusOr<Cgroup*> {
+    ASSIGN_OR_RETURN(cgroup, Cgroup::Create(layout_, cgroup_name, limits));
+    return cgroup.get();
+  };
   spawn.pipe_stdin = request.stdin_fd >= 0;
   ASSIGN_OR_RETURN(SandboxProcess proc, SpawnSandbox(plan, spawn));
 
@@ -187,12 +203,6 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   for (const std::string& path : absent_protected) {
     std::optional<Violation> v = RemoveCreatedProtectedPath(path);
     if (v && result.ok()) result->violations.push_back(*std::move(v));
-  }
-  // Off the command's path: remove what runs that died without cleaning up left behind (their
-  // names start with a pid that no longer exists).
-  absl::StatusOr<std::vector<std::string>> stale = CleanupStaleCgroups(layout_);
-  if (stale.ok() && !stale->empty() && request.trace) {
-    std::fprintf(stderr, "moat trace: removed %zu stale cgroup(s)\n", stale->size());
   }
   if (request.trace) {
     std::vector<std::pair<const char*, absl::Time>> timeline = {{"cgroup created", cgroup_ready},

@@ -128,7 +128,9 @@ absl::Status SendByte(int sock, char c) {
 }  // namespace
 
 absl::StatusOr<SandboxProcess> SpawnSandbox(ContainPlan& plan, const SpawnOptions& options) {
-  if (options.cgroup == nullptr) return absl::InvalidArgumentError("a sandbox needs a cgroup");
+  if (options.cgroup == nullptr && !options.make_cgroup) {
+    return absl::InvalidArgumentError("a sandbox needs a cgroup");
+  }
   if (plan.seccomp == nullptr)
     return absl::InvalidArgumentError("a sandbox needs a seccomp filter");
   SandboxProcess proc;
@@ -165,7 +167,8 @@ absl::StatusOr<SandboxProcess> SpawnSandbox(ContainPlan& plan, const SpawnOption
   args.flags = kNamespaces | CLONE_PIDFD;
   args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
   args.exit_signal = SIGCHLD;
-  int cgroup_fd = options.cgroup->clone_into_fd();
+  Cgroup* cgroup = options.cgroup;
+  int cgroup_fd = cgroup != nullptr ? cgroup->clone_into_fd() : -1;
   if (cgroup_fd >= 0) {
     // cgroup v2: born inside its cgroup, no migration (and no RCU grace period) needed.
     args.flags |= CLONE_INTO_CGROUP;
@@ -196,7 +199,15 @@ absl::StatusOr<SandboxProcess> SpawnSandbox(ContainPlan& plan, const SpawnOption
   absl::Status handshake = WriteIdMaps(proc.pid, plan.ids);
   if (handshake.ok()) handshake = SendByte(proc.sync.get(), kSyncIdsMapped);
   proc.timeline.emplace_back("id maps written", absl::Now());
-  if (handshake.ok() && cgroup_fd < 0) handshake = options.cgroup->AddProcess(proc.pid);
+  if (handshake.ok() && cgroup == nullptr) {
+    absl::StatusOr<Cgroup*> made = options.make_cgroup();
+    if (made.ok()) {
+      cgroup = *made;
+    } else {
+      handshake = made.status();
+    }
+  }
+  if (handshake.ok() && cgroup_fd < 0) handshake = cgroup->AddProcess(proc.pid);
   proc.timeline.emplace_back("in cgroup", absl::Now());
   if (handshake.ok()) handshake = SendByte(proc.sync.get(), kSyncInCgroup);
   if (!handshake.ok()) {

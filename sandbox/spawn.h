@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -32,8 +33,12 @@ struct SandboxProcess {
 };
 
 struct SpawnOptions {
-  bool pipe_stdin = false;   // else the command's stdin is /dev/null
-  Cgroup* cgroup = nullptr;  // required: the sandbox's cgroup, already created with its limits
+  bool pipe_stdin = false;  // else the command's stdin is /dev/null
+  // The sandbox's cgroup, with its limits. Either made before (needed for cgroup v2's
+  // clone3(CLONE_INTO_CGROUP)), or made by `make_cgroup` after clone3 while the child builds its
+  // mounts (cgroup v1: creating and moving into it then overlap the child's work). One is required.
+  Cgroup* cgroup = nullptr;
+  std::function<absl::StatusOr<Cgroup*>()> make_cgroup;
   absl::Duration setup_timeout = absl::Seconds(10);
 };
 

@@ -1,6 +1,5 @@
 #include "sandbox/cli/run_command.h"
 
-#include <pwd.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -31,8 +30,8 @@ int Fail(absl::string_view message) {
 
 std::string HomeDirectory() {
   if (const char* home = std::getenv("HOME"); home && *home) return home;
-  if (struct passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_dir) return pw->pw_dir;
-  return "/";
+  std::string home = sandbox::HomeFromPasswd("/etc/passwd", "", ::getuid());
+  return home.empty() ? "/" : home;
 }
 
 std::string CurrentDirectory() {
