@@ -5,12 +5,16 @@
 //                                oom_score_adj -1000, I/O real-time) and lift hard limits
 //   misc_probe mknod DIR         create /dev/mem and a disk's device node in DIR and open them
 //   misc_probe link FROM TO      hard-link a host file into a writable place
+//   misc_probe ids               become another user or gain capabilities or id mappings
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
 #include <sched.h>
 #include <sys/ipc.h>
 #include <sys/mount.h>
 #include <sys/msg.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/sem.h>
 #include <sys/shm.h>
@@ -100,6 +104,22 @@ static int Mknod(const char* dir) {
   return Finish();
 }
 
+static int Ids(void) {
+  TRY("setuid 1000", syscall(SYS_setresuid, 1000, 1000, 1000), Expect);
+  TRY("setgid 1000", syscall(SYS_setresgid, 1000, 1000, 1000), Expect);
+  gid_t groups[1] = {0};
+  TRY("setgroups", syscall(SYS_setgroups, 1, groups), Expect);
+  TRY("rewrite uid_map", WriteProc("/proc/self/uid_map", "0 0 1\n"), Expect);
+  TRY("setgroups allow", WriteProc("/proc/self/setgroups", "allow\n"), Expect);
+  struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2];
+  memset(data, 0xff, sizeof(data));
+  TRY("capset all", syscall(SYS_capset, &header, data), Expect);
+  TRY("ambient raise", prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_SYS_ADMIN, 0, 0), Expect);
+  TRY("clear no_new_privs", prctl(PR_SET_NO_NEW_PRIVS, 0, 0, 0, 0), Expect);
+  return Finish();
+}
+
 int main(int argc, char** argv) {
   if (argc == 3 && strcmp(argv[1], "sysv") == 0) return SysV(argv[2]);
   if (argc == 3 && strcmp(argv[1], "flood") == 0) return Flood(argv[2]);
@@ -109,6 +129,7 @@ int main(int argc, char** argv) {
     TRY("link", link(argv[2], argv[3]), Expect);
     return Finish();
   }
-  fprintf(stderr, "usage: misc_probe sysv|flood|priority|mknod|link ...\n");
+  if (argc == 2 && strcmp(argv[1], "ids") == 0) return Ids();
+  fprintf(stderr, "usage: misc_probe sysv|flood|priority|mknod|link|ids ...\n");
   return 2;
 }
