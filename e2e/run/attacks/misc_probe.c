@@ -5,6 +5,7 @@
 //                                oom_score_adj -1000, I/O real-time) and lift hard limits
 //   misc_probe mknod DIR         create /dev/mem and a disk's device node in DIR and open them
 //   misc_probe link FROM TO      hard-link a host file into a writable place
+//   misc_probe inodes DIR N      create up to N empty files in DIR (inode exhaustion)
 //   misc_probe ids               become another user or gain capabilities or id mappings
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -104,6 +105,29 @@ static int Mknod(const char* dir) {
   return Finish();
 }
 
+static int Inodes(const char* dir, const char* count_text) {
+  long n = strtol(count_text, NULL, 10), made = 0;
+  char path[4096];
+  int err = 0;
+  for (; made < n; ++made) {
+    snprintf(path, sizeof(path), "%s/i%ld", dir, made);
+    int fd = open(path, O_CREAT | O_WRONLY | O_EXCL, 0644);
+    if (fd < 0) {
+      err = errno;
+      break;
+    }
+    close(fd);
+  }
+  if (made == n) {
+    Escaped("inodes", "created all %ld files", n);
+  } else {
+    char what[64];
+    snprintf(what, sizeof(what), "inodes after %ld files", made);
+    Blocked(what, err);
+  }
+  return Finish();
+}
+
 static int Ids(void) {
   TRY("setuid 1000", syscall(SYS_setresuid, 1000, 1000, 1000), Expect);
   TRY("setgid 1000", syscall(SYS_setresgid, 1000, 1000, 1000), Expect);
@@ -130,6 +154,7 @@ int main(int argc, char** argv) {
     return Finish();
   }
   if (argc == 2 && strcmp(argv[1], "ids") == 0) return Ids();
+  if (argc == 4 && strcmp(argv[1], "inodes") == 0) return Inodes(argv[2], argv[3]);
   fprintf(stderr, "usage: misc_probe sysv|flood|priority|mknod|link|ids ...\n");
   return 2;
 }
