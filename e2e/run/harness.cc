@@ -326,6 +326,7 @@ MoatProcess::MoatProcess(std::vector<std::string> args, MoatOptions options)
       }
     }
     if (::chdir(cwd.c_str()) != 0) ::_exit(126);
+    if (options_.before_exec && !options_.before_exec()) ::_exit(126);
     ::execve(argv_c[0], argv_c.data(), env_c.data());
     ::_exit(127);
   }

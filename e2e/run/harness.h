@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -89,6 +90,9 @@ struct MoatOptions {
   int stderr_fd = -1;
   // The harness kills moat (SIGKILL) after this long and fails the test: a hung moat is a bug.
   double kill_after_seconds = 30;
+  // Runs in the child just before moat is executed (e.g. to change its mount namespace); if it
+  // returns false the child exits with status 126.
+  std::function<bool()> before_exec;
   // Let moat start its cgroup warm-up thread (see harness.cc for why the suite turns it off).
   bool prewarm = false;
 };
