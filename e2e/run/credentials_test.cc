@@ -146,6 +146,17 @@ TEST_F(CredentialsTest, SymlinksLeftInTheWorkspaceFail) {
       {"--workspace", ws.path()});
 }
 
+// The home given through a symlink, and a symlink on the host pointing into the home.
+TEST_F(CredentialsTest, SymlinkedHomesAndHostAliasesFail) {
+  const std::string link = dir().Path("home-link");
+  ASSERT_EQ(::symlink(home_.c_str(), link.c_str()), 0);
+  const std::string alias = dir().Path("ssh-alias");
+  ASSERT_EQ(::symlink((home_ + "/.ssh").c_str(), alias.c_str()), 0);
+  options_.home = link;
+  ExpectNoSecret(
+      absl::StrCat(CatAll(""), "cat '", link, "/.ssh/id_rsa' '", alias, "/id_rsa' 2>/dev/null\n"));
+}
+
 TEST_F(CredentialsTest, CredentialStoresStayHiddenWhenTheHomeIsShown) {
   const std::string policy = dir().Path("show-home.yaml");
   WriteFile(policy, "filesystem:\n  hideHome: false\n", 0644);
@@ -185,7 +196,8 @@ TEST_F(CredentialsTest, RootsHomeIsHiddenAndRootOnlyFilesAreUnreadable) {
   WriteFile(root_only, absl::StrCat("secret-", token_, " root-only\n"), 0600);
   std::string script =
       absl::StrCat("echo \"root entries: $(ls -A /root | wc -l)\"\n", "cat '", root_only,
-                   "' 2>/dev/null\n", "cat /etc/shadow /etc/gshadow 2>/dev/null | head -c 200\n");
+                   "' 2>/dev/null\n", "cat /etc/shadow /etc/gshadow 2>/dev/null | head -c 200\n",
+                   "cat /etc/ssh/ssh_host_*_key 2>/dev/null | head -c 200\n");
   MoatResult r = RunPlain({}, Sh(script), options_);
   EXPECT_THAT(r.out, HasSubstr("root entries: 0\n")) << r.out << r.err;
   EXPECT_THAT(r.out, Not(HasSubstr(token_))) << r.out;
@@ -193,6 +205,7 @@ TEST_F(CredentialsTest, RootsHomeIsHiddenAndRootOnlyFilesAreUnreadable) {
     EXPECT_THAT(r.out, Not(HasSubstr("root:"))) << "ATTACK SUCCEEDED: /etc/shadow was read\n"
                                                 << r.out;
   }
+  EXPECT_THAT(r.out, Not(HasSubstr("PRIVATE KEY"))) << "ATTACK SUCCEEDED: a host key was read";
 }
 
 TEST_F(CredentialsTest, InheritedDescriptorsAreClosed) {

@@ -46,6 +46,10 @@ TEST_F(E2eTest, HostDirectoriesAreReadOnly) {
     script += Attempt(absl::StrCat("mkdir ", base), absl::StrCat("mkdir '", base, ".d'"));
     script += Attempt(absl::StrCat("symlink ", base), absl::StrCat("ln -s x '", base, ".l'"));
   }
+  // moat itself and the attack programs: replacing them would run code on the host later.
+  script += Attempt("replace moat", absl::StrCat("cp /bin/true '", MoatBinary(), "'"));
+  script +=
+      Attempt("replace attack program", absl::StrCat("cp /bin/true '", Attack("id_probe"), "'"));
   // The host's working directory, through a relative path.
   script +=
       Attempt("cwd-relative", absl::StrCat("cd '", dir().path(), "' && touch ", marker, ".rel"));
@@ -56,6 +60,7 @@ TEST_F(E2eTest, HostDirectoriesAreReadOnly) {
   std::string out = r["stdout"];
   EXPECT_THAT(out, Not(HasSubstr("ESCAPED"))) << Describe(r);
   EXPECT_THAT(out, HasSubstr("blocked touch /" + marker)) << Describe(r);
+  EXPECT_THAT(out, HasSubstr("blocked replace moat")) << Describe(r);
   for (const std::string& d : dirs) {
     std::string base = absl::StrCat(d == "/" ? "" : d, "/", marker);
     for (const char* suffix : {"", ".d", ".l", ".rel"}) {
@@ -89,8 +94,9 @@ TEST_F(E2eTest, WorldWritableHostFileCannotBeChanged) {
 
 TEST_F(E2eTest, DeviceFilesCannotBeChangedOrCreated) {
   struct stat null_before = Stat("/dev/null");
+  // chmod to the mode it has: a success shows the attack works without breaking the host.
   std::string script =
-      absl::StrCat(Attempt("chmod /dev/null", "chmod 600 /dev/null"),
+      absl::StrCat(Attempt("chmod /dev/null", "chmod 666 /dev/null"),
                    Attempt("rm /dev/null", "rm -f /dev/null && ! test -e /dev/null"),
                    Attempt("touch /dev/x", "touch /dev/moat-e2e"),
                    "echo ok > /dev/null && echo 'ok write /dev/null'\n");
@@ -143,6 +149,26 @@ TEST_F(E2eTest, ProcAndSysWritesFail) {
   EXPECT_EQ(ReadFile("/proc/sys/kernel/hostname"), hostname);
   EXPECT_EQ(ReadFile("/proc/sys/kernel/core_pattern"), core_pattern);
   EXPECT_FALSE(PathExists("/proc/sys/fs/binfmt_misc/moat"));
+}
+
+TEST_F(E2eTest, KernelSecretsInProcAreMasked) {
+  // Kernel addresses, keys of every user, the kernel log, timers of host processes: empty or
+  // unreadable inside.
+  std::string script;
+  for (const char* f : {"/proc/kallsyms", "/proc/keys", "/proc/key-users", "/proc/timer_list",
+                        "/proc/sched_debug", "/proc/kmsg", "/proc/kcore", "/proc/sysrq-trigger"}) {
+    absl::StrAppend(&script, "echo \"", f, " $(head -c 4096 ", f, " 2>/dev/null | wc -c)\"\n");
+  }
+  absl::StrAppend(&script, "echo \"dmesg $(dmesg 2>/dev/null | wc -c)\"\n",
+                  "echo \"control $(head -c 100 /proc/cpuinfo | wc -c)\"\n");
+  nlohmann::json r = RunJson({}, Sh(script));
+  ASSERT_TRUE(r.is_object());
+  std::string out = r["stdout"];
+  EXPECT_THAT(out, HasSubstr("control 100")) << Describe(r);
+  for (const char* f : {"/proc/kallsyms", "/proc/keys", "/proc/timer_list", "/proc/sched_debug",
+                        "/proc/kmsg", "/proc/kcore", "dmesg"}) {
+    EXPECT_THAT(out, HasSubstr(absl::StrCat(f, " 0\n"))) << "readable inside: " << f << "\n" << out;
+  }
 }
 
 TEST_F(E2eTest, TmpShmAndWorkspaceAreWritableAndPrivate) {
@@ -295,6 +321,25 @@ TEST_F(WorkspaceTest, SandboxCannotPlantHooksForHostTools) {
       << "ATTACK SUCCEEDED: an editor task file was planted in the host workspace";
 }
 
+// A run leaves a symlink in its workspace; a later run is given a path through it. moat resolves
+// the path on the host, so the second sandbox gets whatever the link points to, read-write (and
+// as its owner, through the idmapped mount, when that is root, like /etc).
+TEST_F(WorkspaceTest, WorkspacePathThroughAPlantedSymlinkStaysInside) {
+  const std::string ws = Workspace(65534);
+  const std::string victim = dir().Path("victim");  // stands for /etc: root-owned, elsewhere
+  MakeDirs(victim);
+  WriteFile(victim + "/config", "original\n", 0644);
+  nlohmann::json plant = RunJson({"--workspace", ws}, {"/bin/ln", "-s", victim, "/workspace/sub"});
+  ASSERT_TRUE(plant.is_object());
+  ASSERT_TRUE(PathExists(ws + "/sub")) << Describe(plant);
+  MoatResult second = RunPlain({"--workspace", ws + "/sub"},
+                               Sh("echo pwned > /workspace/planted; echo x >> /workspace/config"));
+  EXPECT_FALSE(PathExists(victim + "/planted"))
+      << "ATTACK SUCCEEDED: the second run wrote into \"" << victim
+      << "\", the target of a symlink the first run planted (exit " << second.exit_code << ")";
+  EXPECT_EQ(ReadFile(victim + "/config"), "original\n");
+}
+
 TEST_F(WorkspaceTest, HardLinksToHostFilesFail) {
   const std::string ws = Workspace(0);  // idmapped: a link would be writable as root's file
   const std::string target = dir().Path("host-owned.txt");
@@ -305,6 +350,104 @@ TEST_F(WorkspaceTest, HardLinksToHostFilesFail) {
   EXPECT_THAT(r["stdout"].get<std::string>(), HasSubstr("blocked link")) << Describe(r);
   EXPECT_FALSE(PathExists(ws + "/linked"));
   EXPECT_EQ(ReadFile(target), "host\n");
+}
+
+// Writable policy roots (filesystem.allowWrite) keep the files that make host tools run code later
+// read-only (policy.h: MandatoryDenyWrite), whether or not they exist yet.
+class PolicyWriteTest : public E2eTest {
+ protected:
+  void SetUp() override {
+    E2eTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    home_ = dir().Path("home");
+    project_ = dir().Path("project");
+    for (const std::string& d : {home_ + "/.ssh", project_ + "/.git/hooks"}) MakeDirs(d);
+    WriteFile(home_ + "/.bashrc", "# bashrc\n", 0644);
+    WriteFile(project_ + "/.git/config", "[core]\n", 0644);
+    for (const std::string& p :
+         {home_, home_ + "/.ssh", home_ + "/.bashrc", project_, project_ + "/.git",
+          project_ + "/.git/hooks", project_ + "/.git/config"}) {
+      EXPECT_EQ(::chown(p.c_str(), 65534, 65534), 0) << p;
+    }
+    policy_ = dir().Path("policy.yaml");
+    WriteFile(policy_,
+              absl::StrCat("filesystem:\n  hideHome: false\n  allowWrite: [\"", home_, "\", \"",
+                           project_, "\"]\n"),
+              0644);
+    options_.home = home_;
+  }
+
+  nlohmann::json Run(const std::string& script) {
+    return RunJson({"--policy", policy_}, Sh(script), options_);
+  }
+
+  std::string home_, project_, policy_;
+  MoatOptions options_;
+};
+
+TEST_F(PolicyWriteTest, ExistingProtectedFilesStayReadOnly) {
+  nlohmann::json r =
+      Run(absl::StrCat("cd '", home_, "'\n", Attempt(".bashrc", "echo evil >> .bashrc"),
+                       Attempt(".ssh/authorized_keys", "echo key > .ssh/authorized_keys"), "cd '",
+                       project_, "'\n", Attempt(".git/hooks", "echo evil > .git/hooks/pre-commit"),
+                       Attempt(".git/config", "echo evil >> .git/config"),
+                       "echo ok > normal.txt && echo 'ok write normal file'\n"));
+  ASSERT_TRUE(r.is_object());
+  EXPECT_THAT(r["stdout"].get<std::string>(), HasSubstr("ok write normal file")) << Describe(r);
+  EXPECT_THAT(r["stdout"].get<std::string>(), Not(HasSubstr("ESCAPED"))) << Describe(r);
+  EXPECT_EQ(ReadFile(home_ + "/.bashrc"), "# bashrc\n");
+  EXPECT_EQ(ReadFile(project_ + "/normal.txt"), "ok\n");
+}
+
+TEST_F(PolicyWriteTest, MissingProtectedFilesCannotBeCreated) {
+  std::string script = absl::StrCat("cd '", home_, "'\n");
+  const std::vector<std::string> home_files = {".profile",
+                                               ".bash_profile",
+                                               ".zshrc",
+                                               ".config/autostart/moat-e2e.desktop",
+                                               ".config/systemd/user/moat-e2e.service",
+                                               ".config/moat/policy.yaml",
+                                               ".gitconfig"};
+  for (const std::string& f : home_files) {
+    script += Attempt(f, absl::StrCat("mkdir -p \"$(dirname ", f, ")\" && echo evil > ", f));
+  }
+  absl::StrAppend(&script, "cd '", project_, "'\n");
+  const std::vector<std::string> project_files = {".vscode/tasks.json", ".idea/workspace.xml"};
+  for (const std::string& f : project_files) {
+    script += Attempt(f, absl::StrCat("mkdir -p \"$(dirname ", f, ")\" && echo evil > ", f));
+  }
+  nlohmann::json r = Run(script);
+  ASSERT_TRUE(r.is_object());
+  for (const std::string& f : home_files) {
+    EXPECT_FALSE(PathExists(absl::StrCat(home_, "/", f)))
+        << "ATTACK SUCCEEDED: created ~/" << f << " (a protected start-up file that did not exist)";
+  }
+  for (const std::string& f : project_files) {
+    EXPECT_FALSE(PathExists(absl::StrCat(project_, "/", f)))
+        << "ATTACK SUCCEEDED: created " << f << " in a writable project root";
+  }
+}
+
+TEST_F(PolicyWriteTest, DenyReadAndDenyWriteAreEnforced) {
+  WriteFile(project_ + "/secret.env", "TOKEN=moat-e2e-deny-read\n", 0644);
+  MakeDirs(project_ + "/vendor");
+  WriteFile(project_ + "/vendor/lib.txt", "vendored\n", 0644);
+  ASSERT_EQ(::chown((project_ + "/vendor").c_str(), 65534, 65534), 0);
+  ASSERT_EQ(::chown((project_ + "/vendor/lib.txt").c_str(), 65534, 65534), 0);
+  WriteFile(policy_,
+            absl::StrCat("filesystem:\n  allowWrite: [\"", project_, "\"]\n  denyRead: [\"",
+                         project_, "/secret.env\"]\n  denyWrite: [\"", project_, "/vendor\"]\n"),
+            0644);
+  MoatResult r =
+      RunPlain({"--policy", policy_},
+               Sh(absl::StrCat("cd '", project_, "'; cat secret.env; cat vendor/lib.txt; ",
+                               Attempt("vendor write", "echo evil >> vendor/lib.txt"))),
+               options_);
+  EXPECT_THAT(r.out, HasSubstr("vendored")) << r.out << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("moat-e2e-deny-read")))
+      << "ATTACK SUCCEEDED: denyRead file read";
+  EXPECT_THAT(r.out, HasSubstr("blocked vendor write")) << r.out;
+  EXPECT_EQ(ReadFile(project_ + "/vendor/lib.txt"), "vendored\n");
 }
 
 }  // namespace

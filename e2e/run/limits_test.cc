@@ -175,5 +175,19 @@ TEST_F(E2eTest, DiskFillStopsAtTheTmpfsSizeAndSparesTheHostDisk) {
   EXPECT_LT(lost_mib, 64) << "the host disk lost " << lost_mib << " MiB";
 }
 
+// Starving the host: real-time scheduling, negative nice, I/O real-time, an OOM-proof process,
+// lifted core and descriptor limits.
+TEST_F(E2eTest, CannotRaisePriorityOrLimits) {
+  nlohmann::json r = RunJson({}, {Attack("misc_probe"), "priority"});
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r["exit_code"], 0) << Describe(r);
+  std::string out = r["stdout"];
+  EXPECT_THAT(out, Not(HasSubstr("ESCAPED"))) << Describe(r);
+  for (const char* what : {"SCHED_FIFO", "nice -20", "oom_score_adj -1000", "ioprio realtime",
+                           "raise RLIMIT_CORE", "raise RLIMIT_NOFILE"}) {
+    EXPECT_THAT(out, HasSubstr(absl::StrCat("blocked ", what, ": "))) << Describe(r);
+  }
+}
+
 }  // namespace
 }  // namespace moat::e2e

@@ -260,6 +260,33 @@ TEST_F(NetworkTest, OnlyLoopbackExistsAndItWorks) {
   EXPECT_THAT(lo["stdout"].get<std::string>(), HasSubstr("ok loopback server")) << Describe(lo);
 }
 
+TEST_F(NetworkTest, NetworkConfigurationIsRefused) {
+  if (!PathExists("/usr/sbin/ip") && !PathExists("/sbin/ip") && !PathExists("/usr/bin/ip")) {
+    GTEST_SKIP() << "no ip(8) on this host";
+  }
+  nlohmann::json r =
+      RunJson({}, Sh("PATH=/usr/sbin:/sbin:/usr/bin:/bin\n"
+                     "ip link add moate2e0 type dummy 2>/dev/null && echo 'ESCAPED add link'\n"
+                     "ip addr add 10.99.99.99/32 dev lo 2>/dev/null && echo 'ESCAPED add address'\n"
+                     "ip route add 10.98.0.0/16 dev lo 2>/dev/null && echo 'ESCAPED add route'\n"
+                     "ip link set lo down 2>/dev/null && echo 'ESCAPED lo down'\n"
+                     "ip -o link | wc -l\n"));
+  ASSERT_TRUE(r.is_object());
+  EXPECT_THAT(r["stdout"].get<std::string>(), Not(HasSubstr("ESCAPED"))) << Describe(r);
+  EXPECT_EQ(r["stdout"], "1\n") << Describe(r);
+}
+
+// /run holds the host's sockets (D-Bus, Docker, systemd, databases): empty inside, with /var/run.
+TEST_F(NetworkTest, HostRunDirectoryIsEmpty) {
+  nlohmann::json r = RunJson({}, Sh("ls -A /run /var/run/ 2>&1; echo end"));
+  ASSERT_TRUE(r.is_object());
+  std::string out = r["stdout"];
+  EXPECT_THAT(out, HasSubstr("end")) << Describe(r);
+  for (const char* name : {"dbus", "docker.sock", "systemd", "postgresql", "containerd"}) {
+    EXPECT_THAT(out, Not(HasSubstr(name))) << Describe(r);
+  }
+}
+
 TEST_F(NetworkTest, HostSystemVIpcIsInvisible) {
   // A message queue, shared memory segment and semaphore set on the host, open to everyone.
   const key_t key =
