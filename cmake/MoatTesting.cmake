@@ -9,9 +9,10 @@ function(moat_add_tests library dir)
     add_executable(${name} ${src})
     target_link_libraries(${name} PRIVATE ${library} GTest::gmock GTest::gtest_main)
     set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-    # Tests find the moat binary and test data through these variables.
+    # One variable only: gtest_discover_tests splits a list-valued ENVIRONMENT into separate
+    # property arguments, garbling the properties after it.
     gtest_discover_tests(${name}
-      PROPERTIES ENVIRONMENT "MOAT_BIN=$<TARGET_FILE:moat>;MOAT_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
+      PROPERTIES ENVIRONMENT "MOAT_BIN=$<TARGET_FILE:moat>"
       DISCOVERY_TIMEOUT 30)
   endforeach()
 endfunction()
