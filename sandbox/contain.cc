@@ -160,6 +160,9 @@ void ContainAndRun(const ContainPlan& p) {
   // 1. user: root of the namespace, mapped to an unprivileged host id.
   AwaitSupervisor(p.sync_fd, kSyncIdsMapped);
   if (!BecomeNamespaceRoot(p.ids.privileged, err)) ::_exit(125);
+  // Changing credentials clears the parent-death signal: arm it again. If the supervisor died
+  // in between, the wait for 'C' below sees EOF and we exit.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   // 2. net: only loopback.
   if (!BringUpLoopback(err)) ::_exit(125);
   // 3. uts.

@@ -67,11 +67,16 @@ std::vector<std::string> HostSocketPaths(const std::string& proc_net_unix) {
   std::string line;
   std::getline(in, line);  // header
   while (std::getline(in, line)) {
-    // Num RefCount Protocol Flags Type St Inode Path
-    std::vector<absl::string_view> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
-    if (fields.size() >= 8 && absl::StartsWith(fields[7], "/")) {
-      paths.emplace_back(fields[7]);
+    // "Num RefCount Protocol Flags Type St Inode Path": the path is the rest of the line after
+    // seven fields, and may itself contain spaces.
+    size_t pos = 0;
+    for (int field = 0; field < 7 && pos != std::string::npos; ++field) {
+      pos = line.find_first_not_of(' ', pos);
+      if (pos != std::string::npos) pos = line.find(' ', pos);
     }
+    if (pos == std::string::npos) continue;
+    std::string path = line.substr(pos + 1);
+    if (absl::StartsWith(path, "/")) paths.push_back(std::move(path));
   }
   return paths;
 }
@@ -89,6 +94,12 @@ absl::StatusOr<MountOptions> MountOptionsFor(const Policy& policy, const HostCon
   }
   options.writable_paths = policy.allow_write;
   options.readonly_paths = policy.deny_write;
+  if (workspace_dir) {
+    // The workspace is a writable host directory too: the same files stay read-only there.
+    for (absl::string_view name : ProtectedUnderWritableRoots()) {
+      options.readonly_paths.push_back(absl::StrCat("/workspace/", name));
+    }
+  }
 
   std::vector<std::string> hidden;
   // Homes: the invoking user's (and under sudo the real user's) entirely, unless the policy says
@@ -122,6 +133,10 @@ absl::StatusOr<MountOptions> MountOptionsFor(const Policy& policy, const HostCon
 
   std::vector<std::string> dirs_hidden = hidden;
   for (const std::string& socket : HostSocketPaths(host.proc_net_unix)) {
+    // A socket in the --workspace directory is also reachable at /workspace/...
+    if (workspace_dir && IsUnder(socket, *workspace_dir) && socket != *workspace_dir) {
+      hidden.push_back(absl::StrCat("/workspace", socket.substr(workspace_dir->size())));
+    }
     bool covered = false;
     for (const char* tree : kPrivateTrees) covered = covered || IsUnder(socket, tree);
     for (const std::string& dir : dirs_hidden) covered = covered || IsUnder(socket, dir);

@@ -39,9 +39,12 @@ TEST_F(HostViewTest, ParsesPathSocketsFromProcNetUnix) {
          "0000000000000000: 00000002 00000000 00010000 0001 01 20 /run/dbus/system_bus_socket\n"
          "0000000000000000: 00000002 00000000 00010000 0001 01 21 @/tmp/.X11-unix/X0\n"
          "0000000000000000: 00000003 00000000 00000000 0001 03 22\n"
-         "0000000000000000: 00000002 00000000 00010000 0001 01 23 /srv/app/api.sock\n";
+         "0000000000000000: 00000002 00000000 00010000 0001 01 23 /srv/app/api.sock\n"
+         "0000000000000000: 00000002 00000000 00010000 0001 01 24 /srv/my agent.sock\n"
+         "0000000000000000: 00000002 00000000 00010000 0001 01 25 relative.sock\n";
   EXPECT_EQ(HostSocketPaths(file),
-            (std::vector<std::string>{"/run/dbus/system_bus_socket", "/srv/app/api.sock"}));
+            (std::vector<std::string>{"/run/dbus/system_bus_socket", "/srv/app/api.sock",
+                                      "/srv/my agent.sock"}));
 }
 
 TEST_F(HostViewTest, HidesCredentialsHomesAndReachableSockets) {

@@ -106,8 +106,7 @@ class ChildMounter {
         }
         return true;
       case MountStep::Kind::kSetReadOnly:
-        if (SetAttr(AT_FDCWD, s.target, static_cast<unsigned int>(s.flags),
-                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV) != 0)
+        if (SetAttr(AT_FDCWD, s.target, static_cast<unsigned int>(s.flags), s.attrs) != 0)
           return Fail("make read-only (mount_setattr; needs Linux >= 5.12)", s.target);
         return true;
       case MountStep::Kind::kProc:
@@ -244,12 +243,28 @@ absl::StatusOr<int> MountPlan::OpenTree(const std::string& path, absl::string_vi
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": too many writable paths (at most ", kMaxTrees, ")"));
   }
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
+  // No symlink anywhere in the path: a link planted by an earlier sandbox (in a workspace it
+  // could write) must not redirect a writable bind to somewhere else on the host.
+  struct open_how how = {};
+  how.flags = O_PATH | O_CLOEXEC;
+  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  UniqueFd opened(
+      static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, path.c_str(), &how, sizeof(how))));
+  if (!opened) {
+    if (errno == ELOOP) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": \"", path,
+          "\" goes through a symlink; give the real path (moat does not follow "
+          "symlinks for writable paths: one planted by an earlier run could point anywhere)"));
+    }
     return ErrnoStatus(absl::StrCat(what, ": cannot use \"", path, "\""));
   }
-  UniqueFd tree(
-      ::open_tree(AT_FDCWD, path.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE));
+  struct stat st;
+  if (::fstat(opened.get(), &st) != 0) {
+    return ErrnoStatus(absl::StrCat(what, ": cannot use \"", path, "\""));
+  }
+  UniqueFd tree(::open_tree(opened.get(), "",
+                            OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH));
   if (!tree) {
     return ErrnoStatus(
         absl::StrCat(what, ": open_tree \"", path, "\" (binding host paths needs root)"));
@@ -350,6 +365,11 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
     const char* target = in_new_root(absl::StrCat("/dev/", dev));
     plan.Add({.kind = K::kTouch, .target = target});
     plan.Add({.kind = K::kBind, .source = plan.Keep(absl::StrCat("/dev/", dev)), .target = target});
+    // Read-only: reading and writing the device still work (a read-only mount does not stop
+    // writes to device files), but its owner and mode on the host cannot be changed.
+    plan.Add({.kind = K::kSetReadOnly,
+              .target = target,
+              .attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC});
   }
   for (auto [link, to] : {std::pair{"fd", "/proc/self/fd"},
                           {"stdin", "/proc/self/fd/0"},

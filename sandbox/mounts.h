@@ -15,6 +15,7 @@
 //   6. pivot_root into the new root and detach the old one.
 #pragma once
 
+#include <sys/mount.h>
 #include <sys/types.h>
 
 #include <deque>
@@ -48,7 +49,7 @@ struct MountStep {
     kSymlink,         // symlink(`source`, `target`)
     kTouch,           // create empty file `target`
     kBind,            // bind `source` on `target` (recursive), `flags` = extra MS_ flags
-    kSetReadOnly,     // mount_setattr(`target`, AT_RECURSIVE, RDONLY|NOSUID|NODEV)
+    kSetReadOnly,     // mount_setattr(`target`, `flags` (AT_RECURSIVE or 0), `attrs`)
     kProc,            // mount proc on `target`
     kSysfs,           // mount sysfs on `target`, read-only; an empty read-only tmpfs if refused
     kDevpts,          // mount devpts (newinstance) on `target`
@@ -64,6 +65,7 @@ struct MountStep {
   const char* data = nullptr;
   unsigned long flags = 0;
   int fd = -1;
+  uint64_t attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;  // kSetReadOnly
   bool optional = false;  // a missing target or source is skipped rather than an error
 };
 

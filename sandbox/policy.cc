@@ -461,6 +461,10 @@ std::vector<std::string> MandatoryDenyWrite(const Policy& policy, const PathCont
   return out;
 }
 
+absl::Span<const absl::string_view> ProtectedUnderWritableRoots() {
+  return kProtectedUnderEachRoot;
+}
+
 absl::StatusOr<Policy> ResolvePolicy(const PolicySources& sources) {
   const PathContext& paths = sources.paths;
   if (!absl::StartsWith(paths.cwd, "/")) {

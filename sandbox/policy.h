@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 
 namespace moat::sandbox {
 
@@ -107,6 +108,10 @@ std::vector<std::string> ProjectPolicyPaths(const PathContext& paths);
 // Refuses empty paths, NUL and control bytes, "~user", and glob characters ("*", "?", "[") since
 // moat binds exact paths and a pattern would silently protect nothing.
 absl::StatusOr<std::string> ResolvePolicyPath(absl::string_view raw, const PathContext& paths);
+
+// Names kept read-only under every writable root (and the workspace): files that tools on the
+// host would later run (.git/hooks, .git/config, .vscode, .idea).
+absl::Span<const absl::string_view> ProtectedUnderWritableRoots();
 
 // Lexical normalisation of an absolute path; no filesystem access.
 std::string NormalizeAbsolutePath(absl::string_view path);

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "sandbox/caps.h"
@@ -147,8 +148,16 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   // the host). Note such paths now; whatever appears there is removed when the run ends.
   std::vector<std::string> absent_protected;
   for (const std::string& path : mount_options.readonly_paths) {
+    // Read-only paths are named as the sandbox sees them; under /workspace that is the
+    // --workspace directory on the host.
+    std::string host_path = path;
+    if (mount_options.workspace_dir && absl::StartsWith(path, "/workspace/")) {
+      host_path = absl::StrCat(*mount_options.workspace_dir, path.substr(strlen("/workspace")));
+    }
     struct stat st;
-    if (::lstat(path.c_str(), &st) != 0 && errno == ENOENT) absent_protected.push_back(path);
+    if (::lstat(host_path.c_str(), &st) != 0 && errno == ENOENT) {
+      absent_protected.push_back(host_path);
+    }
   }
   const absl::Time planned = absl::Now();
 

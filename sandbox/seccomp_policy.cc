@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <initializer_list>
@@ -22,7 +23,7 @@ namespace {
 // clang-format off
 constexpr absl::string_view kAllowed[] = {
     // Files: open, read, write, seek, sync.
-    "open", "openat", "openat2", "creat", "close", "close_range", "read", "write", "readv",
+    "close", "close_range", "read", "write", "readv",
     "writev", "pread64", "pwrite64", "preadv", "pwritev", "preadv2", "pwritev2", "lseek",
     "sendfile", "splice", "tee", "vmsplice", "copy_file_range", "readahead", "fadvise64",
     "fallocate", "truncate", "ftruncate", "fsync", "fdatasync", "sync", "syncfs",
@@ -30,10 +31,10 @@ constexpr absl::string_view kAllowed[] = {
     // Files: names, metadata, directories, extended attributes.
     "stat", "fstat", "lstat", "newfstatat", "statx", "statfs", "fstatfs", "access", "faccessat",
     "faccessat2", "getdents", "getdents64", "getcwd", "chdir", "fchdir", "rename", "renameat",
-    "renameat2", "mkdir", "mkdirat", "rmdir", "unlink", "unlinkat", "link", "linkat", "symlink",
-    "symlinkat", "readlink", "readlinkat", "chmod", "fchmod", "fchmodat", "fchmodat2", "chown",
-    "fchown", "lchown", "fchownat", "umask", "utime", "utimes", "futimesat", "utimensat", "mknod",
-    "mknodat", "getxattr", "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr",
+    "renameat2", "rmdir", "unlink", "unlinkat", "link", "linkat", "symlink",
+    "symlinkat", "readlink", "readlinkat", "chown",
+    "fchown", "lchown", "fchownat", "umask", "utime", "utimes", "futimesat", "utimensat",
+    "getxattr", "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr",
     "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
     "inotify_init", "inotify_init1", "inotify_add_watch", "inotify_rm_watch", "memfd_create",
     "cachestat",
@@ -176,6 +177,16 @@ void CoverComplement(uint32_t prefix_mask, uint32_t prefix_value, int bit,
   }
 }
 
+// Calls with a file mode argument, and its index.
+struct ModeArg {
+  absl::string_view syscall;
+  unsigned mode_index;
+};
+constexpr ModeArg kModeSettingCalls[] = {
+    {"open", 2},     {"openat", 3}, {"creat", 1},   {"chmod", 1}, {"fchmod", 1},
+    {"fchmodat", 2}, {"mkdir", 1},  {"mkdirat", 2}, {"mknod", 1}, {"mknodat", 2},
+};
+
 SyscallRule Rule(absl::string_view syscall, SyscallVerdict verdict, int errno_value = 0,
                  std::optional<ArgMatch> match = std::nullopt) {
   return SyscallRule{syscall, verdict, errno_value, match};
@@ -233,6 +244,22 @@ std::vector<SyscallRule> BuildRules() {
   // socketpair only works for AF_UNIX; other families are refused by the default (EPERM)
   // before the kernel instantiates a socket of that family.
   rules.push_back(Rule("socketpair", SyscallVerdict::kAllow, 0, ArgMatch{0, kAll32, AF_UNIX}));
+
+  // Calls that set a file mode: no set-user-ID or set-group-ID bit (like systemd's
+  // RestrictSUIDSGID). Inside, mounts are nosuid anyway, but a writable host directory
+  // (--workspace, allowWrite) would keep the bit, and through an idmapped bind the file would
+  // belong to the directory's owner, root included. open and openat are matched on their mode
+  // argument alone (glibc passes 0 without O_CREAT); openat2 keeps its mode in memory, out of
+  // seccomp's reach, so it gets ENOSYS and callers fall back to openat.
+  for (const ModeArg& call : kModeSettingCalls) {
+    rules.push_back(Rule(call.syscall, SyscallVerdict::kAllow, 0,
+                         ArgMatch{call.mode_index, S_ISUID | S_ISGID, 0}));
+    rules.push_back(Rule(call.syscall, SyscallVerdict::kViolation, EPERM,
+                         ArgMatch{call.mode_index, S_ISUID, S_ISUID}));
+    rules.push_back(Rule(call.syscall, SyscallVerdict::kViolation, EPERM,
+                         ArgMatch{call.mode_index, S_ISUID | S_ISGID, S_ISGID}));
+  }
+  rules.push_back(Rule("openat2", SyscallVerdict::kErrno, ENOSYS));
 
   // personality: the harmless values allowed; a dangerous flag a violation. Bit 31 must be clear
   // in the violation patterns so that they never match the 0xffffffff query.
@@ -294,6 +321,12 @@ std::string DescribeViolation(absl::string_view syscall, absl::Span<const uint64
                            : absl::StrCat("ioctl(", request, ")");
   } else if (syscall == "personality") {
     return absl::StrFormat("personality(0x%x)", arg0);
+  }
+  for (const ModeArg& call : kModeSettingCalls) {
+    if (call.syscall == syscall && args.size() > call.mode_index) {
+      return absl::StrFormat("%s(mode 0%o: set-user-ID or set-group-ID bit)", syscall,
+                             static_cast<uint32_t>(args[call.mode_index]) & 07777);
+    }
   }
   return std::string(syscall);
 }

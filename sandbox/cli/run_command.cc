@@ -57,12 +57,8 @@ absl::StatusOr<sandbox::RunRequest> BuildRequest(const RunFlags& flags) {
   host.home = sources.paths.home;
   std::optional<std::string> workspace;
   if (flags.workspace) {
-    char resolved[PATH_MAX];
-    if (::realpath(flags.workspace->c_str(), resolved) == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--workspace: cannot use \"", *flags.workspace, "\": ", strerror(errno)));
-    }
-    workspace = resolved;
+    // Made absolute without resolving symlinks: the mount plan refuses paths through a symlink.
+    ASSIGN_OR_RETURN(workspace, sandbox::ResolvePolicyPath(*flags.workspace, sources.paths));
   }
   ASSIGN_OR_RETURN(sandbox::MountOptions mounts, sandbox::MountOptionsFor(policy, host, workspace));
 
