@@ -285,12 +285,6 @@ MoatProcess::MoatProcess(std::vector<std::string> args, MoatOptions options)
   std::vector<std::string> env = {
       absl::StrCat("PATH=", kHostPath),
       absl::StrCat("HOME", "=", options_.home.empty() ? suite.home : options_.home)};
-  // moat's cgroup warm-up thread makes ~3% of sandboxes hang in setup for 10 s (the cloned child
-  // calls glibc's setgroups, which waits for the thread that was not cloned). The suite runs
-  // without it so that every other test is deterministic; SetupNeverHangs covers it.
-  if (!options_.prewarm && std::getenv("MOAT_E2E_PREWARM") == nullptr) {
-    env.push_back("MOAT_NO_PREWARM=1");
-  }
   env.insert(env.end(), options_.env.begin(), options_.env.end());
   std::vector<std::string> argv = {suite.moat};
   argv.insert(argv.end(), args_.begin(), args_.end());

@@ -93,8 +93,6 @@ struct MoatOptions {
   // Runs in the child just before moat is executed (e.g. to change its mount namespace); if it
   // returns false the child exits with status 126.
   std::function<bool()> before_exec;
-  // Let moat start its cgroup warm-up thread (see harness.cc for why the suite turns it off).
-  bool prewarm = false;
 };
 
 struct MoatResult {
