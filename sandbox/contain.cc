@@ -16,6 +16,7 @@
 #include "sandbox/child_failure.h"
 #include "sandbox/net.h"
 #include "sandbox/seccomp_filter.h"
+#include "sandbox/util/fd_passing.h"
 
 namespace moat::sandbox {
 namespace {
@@ -29,23 +30,6 @@ void AwaitSupervisor(int sync_fd, char expected) {
     n = ::recv(sync_fd, &c, 1, 0);
   } while (n < 0 && errno == EINTR);
   if (n != 1 || c != expected) ::_exit(125);
-}
-
-bool SendFd(int sync_fd, int fd) {
-  char byte = 'L';
-  struct iovec iov = {&byte, 1};
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  struct msghdr msg = {};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
-  return ::sendmsg(sync_fd, &msg, MSG_NOSIGNAL) == 1;
 }
 
 // Closes every descriptor but those in `keep`. The clone copied the supervisor's whole table; in
@@ -121,7 +105,7 @@ void Exec(const ContainPlan& p) {
     ::_exit(125);
   }
   if (p.seccomp_listener) {
-    if (!SendFd(p.sync_fd, listener)) {
+    if (!SendFd(p.sync_fd, listener, kListenerTag)) {
       ReportChildFailure(err, "seccomp: hand the listener to the supervisor", nullptr, errno);
       ::_exit(125);
     }

@@ -34,6 +34,8 @@ namespace moat::sandbox {
 // Bytes the supervisor sends on the sync socket.
 inline constexpr char kSyncIdsMapped = 'M';
 inline constexpr char kSyncInCgroup = 'C';
+// Tag of the message that carries the seccomp listener from the command to the supervisor.
+inline constexpr char kListenerTag = 'L';
 
 // Prepared data for one sandbox. Owned by the supervisor; the child reads its copy.
 struct ContainPlan {

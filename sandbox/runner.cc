@@ -214,9 +214,10 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
     if (v && result.ok()) result->violations.push_back(*std::move(v));
   }
   if (request.trace) {
-    std::vector<std::pair<const char*, absl::Time>> timeline = {{"cgroup ready (v2) or warm-up started (v1)", cgroup_ready},
-                                                                {"seccomp ready", seccomp_ready},
-                                                                {"mount plan", planned}};
+    std::vector<std::pair<const char*, absl::Time>> timeline = {
+        {"cgroup ready (v2) or warm-up started (v1)", cgroup_ready},
+        {"seccomp ready", seccomp_ready},
+        {"mount plan", planned}};
     timeline.insert(timeline.end(), proc.timeline.begin(), proc.timeline.end());
     timeline.emplace_back("supervision done", absl::Now());
     for (const auto& [phase, at] : timeline) {

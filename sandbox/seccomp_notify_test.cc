@@ -21,45 +21,13 @@
 #include <utility>
 
 #include "sandbox/seccomp_filter.h"
+#include "sandbox/util/fd_passing.h"
 #include "sandbox/util/unique_fd.h"
 
 namespace moat::sandbox {
 namespace {
 
-// Sends `fd` over the unix socket `sock` (SCM_RIGHTS). Async-signal-safe.
-bool SendFd(int sock, int fd) {
-  char byte = 'f';
-  struct iovec iov = {&byte, 1};
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  struct msghdr msg = {};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
-  return sendmsg(sock, &msg, 0) == 1;
-}
-
-UniqueFd ReceiveFd(int sock) {
-  char byte;
-  struct iovec iov = {&byte, 1};
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  struct msghdr msg = {};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  if (recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) != 1) return UniqueFd();
-  struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  if (cmsg == nullptr || cmsg->cmsg_type != SCM_RIGHTS) return UniqueFd();
-  int fd;
-  std::memcpy(&fd, CMSG_DATA(cmsg), sizeof(int));
-  return UniqueFd(fd);
-}
+UniqueFd ReceiveFd(int sock) { return UniqueFd(moat::ReceiveFd(sock, 'f')); }
 
 // Waits until `fd` is readable; false on timeout, so a broken filter fails the test instead of
 // hanging it.
@@ -87,7 +55,7 @@ class NotifyingChild {
       // The kernel makes the listener close-on-exec; check, since leaking it into the
       // sandboxed program would let the program answer (and allow) its own violations.
       if ((fcntl(listener, F_GETFD) & FD_CLOEXEC) == 0) _exit(101);
-      if (!SendFd(socks[1], listener)) _exit(102);
+      if (!SendFd(socks[1], listener, 'f')) _exit(102);
       close(listener);
       body(socks[1]);
       _exit(0);

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "sandbox/child_failure.h"
 #include "sandbox/util/errno_status.h"
+#include "sandbox/util/fd_passing.h"
 #include "sandbox/util/status_macros.h"
 
 namespace moat::sandbox {
@@ -98,26 +99,6 @@ absl::StatusOr<std::optional<ChildFailure>> AwaitStart(int error_fd, absl::Durat
     got += n;
     if (got == sizeof(failure)) return std::optional<ChildFailure>(failure);
   }
-}
-
-absl::StatusOr<UniqueFd> ReceiveFd(int sock) {
-  char byte;
-  struct iovec iov = {&byte, 1};
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  struct msghdr msg = {};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  ssize_t n = ::recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-  if (n < 0) return ErrnoStatus("seccomp: receive the listener from the sandbox");
-  struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  if (n != 1 || byte != 'L' || cmsg == nullptr || cmsg->cmsg_type != SCM_RIGHTS) {
-    return absl::InternalError("seccomp: the sandbox sent no listener");
-  }
-  int fd;
-  std::memcpy(&fd, CMSG_DATA(cmsg), sizeof(int));
-  return UniqueFd(fd);
 }
 
 absl::Status SendByte(int sock, char c) {
@@ -233,7 +214,10 @@ absl::StatusOr<SandboxProcess> SpawnSandbox(ContainPlan& plan, const SpawnOption
   }
   proc.timeline.emplace_back("command started", absl::Now());
   if (plan.seccomp_listener) {
-    ASSIGN_OR_RETURN(proc.seccomp_listener, ReceiveFd(proc.sync.get()));
+    // Sent before execve, so it is already queued.
+    proc.seccomp_listener.reset(ReceiveFd(proc.sync.get(), kListenerTag, MSG_DONTWAIT));
+    if (!proc.seccomp_listener)
+      return ErrnoStatus("seccomp: receive the listener from the sandbox");
   }
   std::move(kill_on_error).Cancel();
   return proc;
