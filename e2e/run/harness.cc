@@ -90,8 +90,20 @@ std::string PrepareSuite(Suite& s) {
   }
   const char* env_scratch = std::getenv("MOAT_E2E_SCRATCH");
   std::string scratch = env_scratch && *env_scratch ? env_scratch : MOAT_E2E_DEFAULT_SCRATCH;
-  for (absl::string_view private_tree : {"/tmp", "/run", "/var/tmp", "/root", "/home", "/dev"}) {
-    if (scratch == private_tree || absl::StartsWith(scratch, absl::StrCat(private_tree, "/"))) {
+  auto under = [](absl::string_view path, absl::string_view tree) {
+    return path == tree || absl::StartsWith(path, absl::StrCat(tree, "/"));
+  };
+  constexpr absl::string_view kPrivateTrees[] = {"/tmp",  "/run",  "/var/tmp",
+                                                 "/root", "/home", "/dev"};
+  if (env_scratch == nullptr || *env_scratch == '\0') {
+    // A checkout under /tmp, /root or /home (CI may clone anywhere) builds where the sandbox
+    // cannot see; then the scratch files go to a place it can.
+    for (absl::string_view private_tree : kPrivateTrees) {
+      if (under(scratch, private_tree)) scratch = "/var/lib/moat-e2e-scratch";
+    }
+  }
+  for (absl::string_view private_tree : kPrivateTrees) {
+    if (under(scratch, private_tree)) {
       return absl::StrCat("scratch directory \"", scratch, "\" is under ", private_tree,
                           ", which the sandbox replaces or hides; set MOAT_E2E_SCRATCH to a "
                           "directory under e.g. /srv or /work");
