@@ -145,13 +145,14 @@ TEST_F(FailClosedTest, MissingCgroupHierarchy) {
   ExpectRefused({}, "cgroup", options);
 }
 
-// moat is visible (read-only) inside: a nested `moat run` must fail rather than make a sandbox
-// with the outer one's powers, or hang.
+// moat is visible (read-only) inside (a copy in the scratch directory, which the sandbox sees
+// wherever the checkout is): a nested `moat run` must fail rather than make a sandbox with the
+// outer one's powers, or hang.
 TEST_F(FailClosedTest, MoatInsideTheSandboxCannotStartAnotherSandbox) {
   MoatResult raw;
   nlohmann::json r =
       RunJson({"--wall-timeout", "20s"},
-              {MoatBinary(), "run", "--", "/bin/sh", "-c", "echo NESTED-RAN"}, {}, &raw);
+              {Attack("moat"), "run", "--", "/bin/sh", "-c", "echo NESTED-RAN"}, {}, &raw);
   ASSERT_TRUE(r.is_object());
   EXPECT_EQ(r["status"], "exited") << Describe(r);
   EXPECT_EQ(r["exit_code"], 125) << Describe(r);

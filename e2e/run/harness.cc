@@ -142,6 +142,10 @@ std::string PrepareSuite(Suite& s) {
   }
   ::closedir(dir);
   if (copied == 0) return absl::StrCat("no attack programs in \"", MOAT_E2E_ATTACK_DIR, "\"");
+  // moat itself too (it is static), for the tests that run it inside a sandbox.
+  if (!CopyExecutable(s.moat, absl::StrCat(s.bin_dir, "/moat"))) {
+    return Errno(absl::StrCat("copy \"", s.moat, "\" into the scratch directory"));
+  }
   return "";
 }
 
