@@ -70,17 +70,17 @@ TEST_F(FailClosedTest, ControlTheMarkerCommandRunsWhenAllowed) {
 }
 
 TEST_F(FailClosedTest, ImpossibleLimits) {
-  // Flags are validated as the command-line policy layer: messages name the policy key.
-  ExpectRefused({"--memory", "0"}, "memory");
+  // Messages name the flag.
+  ExpectRefused({"--memory", "0"}, "--memory");
   ExpectRefused({"--memory", "12Q"}, "--memory");
   ExpectRefused({"--memory", "-1G"}, "--memory");
   ExpectRefused({"--pids", "0"}, "--pids");
   ExpectRefused({"--pids", "-3"}, "--pids");
   ExpectRefused({"--cpus", "0"}, "--cpus");
   ExpectRefused({"--cpus", "nan"}, "--cpus");
-  ExpectRefused({"--cpu-timeout", "0s"}, "cpuTimeout");
+  ExpectRefused({"--cpu-timeout", "0s"}, "--cpu-timeout");
   ExpectRefused({"--wall-timeout", "forever"}, "--wall-timeout");
-  ExpectRefused({"--tmpfs-size", "0"}, "tmpfs");
+  ExpectRefused({"--tmpfs-size", "0"}, "--tmpfs-size");
 }
 
 TEST_F(FailClosedTest, BadOptions) {

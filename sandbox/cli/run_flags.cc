@@ -92,10 +92,12 @@ absl::StatusOr<RunFlags> ParseRunFlags(const std::vector<std::string>& args) {
     } else if (name == "--memory") {
       absl::StatusOr<uint64_t> v = sandbox::ParseSize(*value);
       if (!v.ok()) return BadValue(name, v.status());
+      if (absl::Status ok = sandbox::ValidateMemory(*v); !ok.ok()) return BadValue(name, ok);
       l.memory_bytes = *v;
     } else if (name == "--tmpfs-size") {
       absl::StatusOr<uint64_t> v = sandbox::ParseSize(*value);
       if (!v.ok()) return BadValue(name, v.status());
+      if (absl::Status ok = sandbox::ValidateTmpfsSize(*v); !ok.ok()) return BadValue(name, ok);
       l.tmpfs_bytes = *v;
     } else if (name == "--pids") {
       uint64_t n = 0;
@@ -104,6 +106,7 @@ absl::StatusOr<RunFlags> ParseRunFlags(const std::vector<std::string>& args) {
         return absl::InvalidArgumentError(
             absl::StrCat("--pids: invalid process limit \"", *value, "\" (a whole number > 0)"));
       }
+      if (absl::Status ok = sandbox::ValidatePids(n); !ok.ok()) return BadValue(name, ok);
       l.pids = n;
     } else if (name == "--cpus") {
       absl::StatusOr<double> v = sandbox::ParseCpus(*value);
@@ -112,6 +115,7 @@ absl::StatusOr<RunFlags> ParseRunFlags(const std::vector<std::string>& args) {
     } else if (name == "--cpu-timeout" || name == "--wall-timeout") {
       absl::StatusOr<absl::Duration> v = sandbox::ParseDuration(*value);
       if (!v.ok()) return BadValue(name, v.status());
+      if (absl::Status ok = sandbox::ValidateTimeout(*v); !ok.ok()) return BadValue(name, ok);
       (name == "--cpu-timeout" ? l.cpu_timeout : l.wall_timeout) = *v;
     } else if (name == "--env") {
       size_t eq = value->find('=');
@@ -119,7 +123,12 @@ absl::StatusOr<RunFlags> ParseRunFlags(const std::vector<std::string>& args) {
         return absl::InvalidArgumentError(
             absl::StrCat("--env: expected NAME=VALUE, got \"", *value, "\""));
       }
-      l.env.emplace_back(value->substr(0, eq), value->substr(eq + 1));
+      std::string env_name = value->substr(0, eq);
+      std::string env_value = value->substr(eq + 1);
+      if (absl::Status ok = sandbox::ValidateEnvVar(env_name, env_value); !ok.ok()) {
+        return BadValue(name, ok);
+      }
+      l.env.emplace_back(std::move(env_name), std::move(env_value));
     }
   }
   flags.command.assign(args.begin() + i, args.end());
