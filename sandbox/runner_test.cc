@@ -193,6 +193,33 @@ TEST_F(RunnerTest, ProtectedPathCleanupDoesNotFollowPlantedSymlinks) {
   std::system(("rm -rf '" + dir + "' '" + decoy + "'").c_str());
 }
 
+// The command stops reading its stdin while the supervisor still has input for it: the write
+// fails with EPIPE, which must not kill the supervisor (SIGPIPE's default action).
+TEST_F(RunnerTest, StdinWriteAfterTheCommandExitedDoesNotKillTheSupervisor) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  std::thread feeder([fd = fds[1]] {
+    sigset_t pipe_only;  // the feeder itself may also outlive its reader
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &pipe_only, nullptr);
+    std::string chunk(1 << 16, 'x');
+    for (int i = 0; i < 64; ++i) {
+      if (::write(fd, chunk.data(), chunk.size()) < 0) break;
+    }
+    ::close(fd);
+  });
+  ::signal(SIGPIPE, SIG_DFL);  // as in a library user that never thought about it
+  RunRequest req = Request({"/bin/sh", "-c", "head -c 10 >/dev/null; echo read"});
+  req.stdin_fd = fds[0];
+  absl::StatusOr<RunResult> r = runner_->Run(req);
+  ::close(fds[0]);
+  feeder.join();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stdout_text.text, "read\n");
+  EXPECT_EQ(r->exit_code, 0);
+}
+
 TEST_F(RunnerTest, EmptyCommandIsAnError) {
   absl::StatusOr<RunResult> r = runner_->Run(Request({}));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);

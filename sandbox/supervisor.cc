@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -286,8 +287,21 @@ class Supervisor {
 
 absl::StatusOr<RunResult> Supervise(SandboxProcess& proc, Cgroup& cgroup,
                                     const SuperviseOptions& options) {
+  // Writing to the command's stdin after it exited, or to a live reader that went away, raises
+  // SIGPIPE in this thread; its default action would kill the whole supervisor (in a daemon:
+  // every sandbox). Blocked here, the write fails with EPIPE instead; a SIGPIPE left pending is
+  // consumed before the mask is restored.
+  sigset_t pipe_only, saved;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  ::pthread_sigmask(SIG_BLOCK, &pipe_only, &saved);
   Supervisor supervisor(proc, cgroup, options);
-  return supervisor.Run();
+  absl::StatusOr<RunResult> result = supervisor.Run();
+  struct timespec no_wait = {0, 0};
+  while (::sigtimedwait(&pipe_only, nullptr, &no_wait) == SIGPIPE) {
+  }
+  ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  return result;
 }
 
 }  // namespace moat::sandbox
