@@ -97,6 +97,10 @@ std::vector<std::pair<std::string, std::string>> DefaultSandboxEnv() {
 
 absl::StatusOr<std::unique_ptr<Runner>> Runner::Create() {
   ASSIGN_OR_RETURN(CgroupLayout layout, DetectCgroupLayout());
+  // The v1 freezer only keeps KillAll safe from processes forking while they are killed; a
+  // sandbox's processes all die with its init (pid namespace) anyway. Leaving it out saves one
+  // hierarchy to create, join and remove on every run.
+  layout.v1_mounts.erase("freezer");
   RETURN_IF_ERROR(PlanCgroup(layout).status());  // a missing controller fails here, early
   ASSIGN_OR_RETURN(IdMapping ids, DefaultIdMapping());
   return std::unique_ptr<Runner>(new Runner(std::move(layout), ids, LastCapability()));
