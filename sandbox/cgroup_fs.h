@@ -21,9 +21,11 @@ namespace moat::sandbox::cgroupfs {
 inline constexpr char kMoatDir[] = "moat";
 
 // Appended to permission errors.
+// (Sandboxes live at the top of each hierarchy, so a cgroup delegated to a user would not help:
+// running unprivileged is not supported yet.)
 inline constexpr char kPermissionAdvice[] =
-    "run moat as root, or inside a cgroup delegated to your user (e.g. `systemd-run --user "
-    "--scope -p Delegate=yes moat ...`)";
+    "run moat as root: sandbox cgroups are created under <hierarchy>/moat, and moat does not yet "
+    "support running in a cgroup delegated to an unprivileged user";
 
 // CPU quota: the period both versions use, and the quota for `cpus` cores within it.
 inline constexpr uint64_t kCpuPeriodUs = 100000;

@@ -61,7 +61,7 @@ TEST(CgroupFsTest, PermissionErrorsSayHowToGetPermission) {
   absl::Status status = WriteFile(read_only, "1");
   EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(status.message(), HasSubstr("run moat as root"));
-  EXPECT_THAT(status.message(), HasSubstr("Delegate=yes"));
+  EXPECT_THAT(status.message(), HasSubstr("under <hierarchy>/moat"));
 }
 
 TEST(CgroupFsTest, PreadFileSeesNewContent) {
