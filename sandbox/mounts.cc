@@ -119,7 +119,11 @@ class ChildMounter {
           return true;
         // Some hosts refuse a new sysfs (it is not "fully visible" there). An empty read-only
         // directory is stricter, so it is a safe substitute.
-        return CoverWithEmptyDir(AT_FDCWD, s.target);
+        if (int err = CoverWithEmptyDir(AT_FDCWD, s.target); err != 0) {
+          errno = err;
+          return Fail("cover /sys with an empty directory", s.target);
+        }
+        return true;
       case MountStep::Kind::kDevpts:
         if (::mount("devpts", s.target, "devpts", MS_NOSUID | MS_NOEXEC,
                     "newinstance,ptmxmode=0666,mode=0620") != 0)
@@ -157,27 +161,34 @@ class ChildMounter {
   }
 
   // Covers `path` (relative to `dirfd`) with a clone of the empty read-only tmpfs at /run.
-  bool CoverWithEmptyDir(int dirfd, const char* path) {
+  // Covers `path` (relative to `dirfd`; "" for dirfd itself) with a clone of the empty read-only
+  // tmpfs at /run. Returns 0 or an errno; reports nothing.
+  int CoverWithEmptyDir(int dirfd, const char* path) {
     int clone = ::open_tree(AT_FDCWD, "/tmp/run", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-    if (clone < 0) return Fail("clone the empty directory mount", path);
+    if (clone < 0) return errno;
     int rc = ::move_mount(clone, "", dirfd, path,
                           MOVE_MOUNT_F_EMPTY_PATH | (path[0] ? 0 : MOVE_MOUNT_T_EMPTY_PATH));
-    int err = errno;
+    int err = rc == 0 ? 0 : errno;
     ::close(clone);
-    errno = err;
-    return rc == 0 || Fail("cover with an empty directory", path);
+    return err;
   }
 
-  bool CoverWithNull(int target_fd, const char* path) {
+  // Covers the file `target_fd` with a read-only clone of /dev/null. Returns 0 or an errno.
+  int CoverWithNull(int target_fd) {
     int clone = ::open_tree(AT_FDCWD, "/dev/null", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-    if (clone < 0) return Fail("clone /dev/null", path);
+    if (clone < 0) return errno;
     int rc = SetAttr(clone, "", AT_EMPTY_PATH,
                      MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC);
     if (rc == 0) rc = MoveOnto(clone, target_fd);
-    int err = errno;
+    int err = rc == 0 ? 0 : errno;
     ::close(clone);
-    errno = err;
-    return rc == 0 || Fail("cover with /dev/null", path);
+    return err;
+  }
+
+  // A host path that disappears between the plan (say a socket listed in /proc/net/unix) and
+  // this step leaves nothing to cover.
+  static bool Vanished(const MountStep& s, int err) {
+    return s.optional && (err == ENOENT || err == ESTALE);
   }
 
   bool HideInRoot(const MountStep& s) {
@@ -185,16 +196,13 @@ class ChildMounter {
     int fd = ResolveInRoot(root_fd_, s.target);
     if (fd < 0) return Unreachable(errno) || Fail("resolve path to hide", s.target);
     struct stat st;
-    bool ok;
-    if (::fstat(fd, &st) != 0) {
-      ok = Fail("stat path to hide", s.target);
-    } else if (S_ISDIR(st.st_mode)) {
-      ok = CoverWithEmptyDir(fd, "");
-    } else {
-      ok = CoverWithNull(fd, s.target);
-    }
+    int err = ::fstat(fd, &st) != 0 ? errno
+              : S_ISDIR(st.st_mode) ? CoverWithEmptyDir(fd, "")
+                                    : CoverWithNull(fd);
     ::close(fd);
-    return ok;
+    if (err == 0 || Vanished(s, err)) return true;
+    errno = err;
+    return Fail("hide path", s.target);
   }
 
   bool ReadOnlyInRoot(const MountStep& s) {
@@ -208,7 +216,7 @@ class ChildMounter {
       ok = (SetAttr(clone, "", AT_EMPTY_PATH | AT_RECURSIVE,
                     MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV) == 0 &&
             MoveOnto(clone, dst) == 0) ||
-           Fail("bind read-only", s.target);
+           Vanished(s, errno) || Fail("bind read-only", s.target);
       ::close(clone);
     }
     ::close(dst);
