@@ -26,12 +26,6 @@ bool IsDirectory(const std::string& path) {
   return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-bool IsUnder(absl::string_view path, absl::string_view dir) {
-  if (dir == "/") return true;
-  return path == dir ||
-         (absl::StartsWith(path, dir) && path.size() > dir.size() && path[dir.size()] == '/');
-}
-
 // Paths the sandbox never sees from the host because it has its own mounts there.
 constexpr const char* kPrivateTrees[] = {"/proc", "/sys", "/dev", "/tmp", "/run", "/workspace"};
 
@@ -134,12 +128,12 @@ absl::StatusOr<MountOptions> MountOptionsFor(const Policy& policy, const HostCon
   std::vector<std::string> dirs_hidden = hidden;
   for (const std::string& socket : HostSocketPaths(host.proc_net_unix)) {
     // A socket in the --workspace directory is also reachable at /workspace/...
-    if (workspace_dir && IsUnder(socket, *workspace_dir) && socket != *workspace_dir) {
+    if (workspace_dir && IsPathUnder(socket, *workspace_dir) && socket != *workspace_dir) {
       hidden.push_back(absl::StrCat("/workspace", socket.substr(workspace_dir->size())));
     }
     bool covered = false;
-    for (const char* tree : kPrivateTrees) covered = covered || IsUnder(socket, tree);
-    for (const std::string& dir : dirs_hidden) covered = covered || IsUnder(socket, dir);
+    for (const char* tree : kPrivateTrees) covered = covered || IsPathUnder(socket, tree);
+    for (const std::string& dir : dirs_hidden) covered = covered || IsPathUnder(socket, dir);
     if (!covered) hidden.push_back(socket);
   }
   std::sort(hidden.begin(), hidden.end());

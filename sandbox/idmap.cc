@@ -12,24 +12,12 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "sandbox/userns.h"
 #include "sandbox/util/errno_status.h"
+#include "sandbox/util/status_macros.h"
 
 namespace moat::sandbox {
-namespace {
-
-absl::Status WriteFile(const std::string& path, const std::string& content) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(absl::StrCat("idmap: open \"", path, "\""));
-  ssize_t n = ::write(fd, content.data(), content.size());
-  int err = errno;
-  ::close(fd);
-  if (n != static_cast<ssize_t>(content.size())) {
-    return ErrnoStatus(absl::StrCat("idmap: write \"", path, "\""), n < 0 ? err : EIO);
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
+namespace {}  // namespace
 
 absl::StatusOr<UniqueFd> MakeMappingUserNamespace(uid_t from_uid, gid_t from_gid, uid_t to_uid,
                                                   gid_t to_gid) {
@@ -56,10 +44,8 @@ absl::StatusOr<UniqueFd> MakeMappingUserNamespace(uid_t from_uid, gid_t from_gid
     }
   });
   std::string proc = absl::StrCat("/proc/", pid);
-  absl::Status s = WriteFile(proc + "/uid_map", absl::StrCat(from_uid, " ", to_uid, " 1\n"));
-  if (s.ok()) s = WriteFile(proc + "/setgroups", "deny\n");
-  if (s.ok()) s = WriteFile(proc + "/gid_map", absl::StrCat(from_gid, " ", to_gid, " 1\n"));
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(WriteOneIdMaps(static_cast<pid_t>(pid), from_uid, from_gid, to_uid, to_gid,
+                                 /*deny_setgroups=*/true));
   int fd = ::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(absl::StrCat("idmap: open \"", proc, "/ns/user\""));
   return UniqueFd(fd);

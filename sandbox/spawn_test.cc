@@ -38,7 +38,9 @@ class SpawnV2Test : public ::testing::Test {
     ASSERT_GE(cgroup_->clone_into_fd(), 0);
   }
   void TearDown() override {
-    if (cgroup_) EXPECT_TRUE(cgroup_->Destroy().ok());
+    if (cgroup_) {
+      EXPECT_TRUE(cgroup_->Destroy().ok());
+    }
   }
 
   // Runs `argv` in a sandbox born in cgroup_ and returns the result.

@@ -44,12 +44,17 @@ absl::StatusOr<IdMapping> DefaultIdMapping() {
   return mapping;
 }
 
+absl::Status WriteOneIdMaps(pid_t pid, uid_t inside_uid, gid_t inside_gid, uid_t host_uid,
+                            gid_t host_gid, bool deny_setgroups) {
+  RETURN_IF_ERROR(WriteProcFile(pid, "uid_map", absl::StrCat(inside_uid, " ", host_uid, " 1\n")));
+  if (deny_setgroups) RETURN_IF_ERROR(WriteProcFile(pid, "setgroups", "deny\n"));
+  return WriteProcFile(pid, "gid_map", absl::StrCat(inside_gid, " ", host_gid, " 1\n"));
+}
+
 absl::Status WriteIdMaps(pid_t pid, const IdMapping& mapping) {
-  RETURN_IF_ERROR(WriteProcFile(pid, "uid_map", absl::StrCat("0 ", mapping.host_uid, " 1\n")));
   // Without CAP_SETGID on the host the kernel demands that setgroups be denied first. When we
   // are privileged we leave it allowed so the child can drop the supervisor's groups itself.
-  if (!mapping.privileged) RETURN_IF_ERROR(WriteProcFile(pid, "setgroups", "deny\n"));
-  return WriteProcFile(pid, "gid_map", absl::StrCat("0 ", mapping.host_gid, " 1\n"));
+  return WriteOneIdMaps(pid, 0, 0, mapping.host_uid, mapping.host_gid, !mapping.privileged);
 }
 
 // Raw system calls, not glibc's setgroups/setresgid/setresuid: in a multi-threaded process glibc

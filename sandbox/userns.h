@@ -24,6 +24,12 @@ absl::StatusOr<IdMapping> DefaultIdMapping();
 // Parent side: writes uid_map, setgroups and gid_map of the child `pid`.
 absl::Status WriteIdMaps(pid_t pid, const IdMapping& mapping);
 
+// Writes one-id maps for the user namespace of `pid`: `inside_uid`/`inside_gid` there are
+// `host_uid`/`host_gid` outside. `deny_setgroups` writes "deny" to setgroups first (required
+// without CAP_SETGID on the host). WriteIdMaps and idmapped mounts (idmap.h) both use it.
+absl::Status WriteOneIdMaps(pid_t pid, uid_t inside_uid, gid_t inside_gid, uid_t host_uid,
+                            gid_t host_gid, bool deny_setgroups);
+
 // Child side, async-signal-safe: after the maps are written, become uid/gid 0 of the namespace
 // (which is `mapping.host_uid` on the host) and drop the supplementary groups inherited from the
 // supervisor. Returns false after reporting to `error_fd`.
