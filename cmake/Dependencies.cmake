@@ -6,6 +6,9 @@ find_package(yaml-cpp CONFIG REQUIRED)
 find_package(nlohmann_json CONFIG REQUIRED)
 find_package(Threads REQUIRED)
 find_package(GTest CONFIG REQUIRED)
+# OpenSSL's libcrypto (libssl-dev, which libcpp-httplib-dev depends on): SHA-256 for the egress
+# audit log, and TLS for the daemons.
+find_package(OpenSSL REQUIRED)
 
 # Link Abseil, yaml-cpp, libseccomp and libstdc++ statically. Debian ships them as ~30 shared
 # objects, and loading those costs `moat run` about 3 ms at every start, more than a third of a
@@ -21,9 +24,11 @@ if(MOAT_STATIC_DEPS)
   file(GLOB absl_archives "${absl_libdir}/libabsl_*.a")
   find_library(YAML_CPP_ARCHIVE NAMES libyaml-cpp.a REQUIRED)
   find_library(SECCOMP_ARCHIVE NAMES libseccomp.a REQUIRED)
+  find_library(CRYPTO_ARCHIVE NAMES libcrypto.a REQUIRED)
   # A group: the archives depend on each other in no simple order.
   target_link_libraries(moat_deps INTERFACE
     -Wl,--start-group ${absl_archives} -Wl,--end-group ${YAML_CPP_ARCHIVE} ${SECCOMP_ARCHIVE}
+    ${CRYPTO_ARCHIVE}
     -static-libstdc++ -static-libgcc)
   target_include_directories(moat_deps INTERFACE ${SECCOMP_INCLUDE_DIRS})
   get_target_property(yaml_includes yaml-cpp INTERFACE_INCLUDE_DIRECTORIES)
@@ -33,6 +38,6 @@ if(MOAT_STATIC_DEPS)
 else()
   target_link_libraries(moat_deps INTERFACE
     PkgConfig::SECCOMP absl::status absl::statusor absl::strings absl::str_format absl::time
-    absl::synchronization absl::flat_hash_map absl::cleanup yaml-cpp)
+    absl::synchronization absl::flat_hash_map absl::cleanup yaml-cpp OpenSSL::Crypto)
 endif()
 target_link_libraries(moat_deps INTERFACE nlohmann_json::nlohmann_json Threads::Threads)

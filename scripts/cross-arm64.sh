@@ -13,7 +13,7 @@ if ! dpkg --print-foreign-architectures | grep -qx arm64; then dpkg --add-archit
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends g++-aarch64-linux-gnu qemu-user-static \
   libseccomp-dev:arm64 libabsl-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 \
-  libyaml-cpp0.7:arm64 >/dev/null
+  libyaml-cpp0.7:arm64 libssl-dev:arm64 >/dev/null
 # libyaml-cpp-dev cannot be installed for two architectures at once; its headers are the same,
 # so take only the arm64 libraries and CMake files out of the package.
 if [ ! -f /usr/lib/aarch64-linux-gnu/cmake/yaml-cpp/yaml-cpp-config.cmake ]; then

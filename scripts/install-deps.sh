@@ -7,8 +7,8 @@ export DEBIAN_FRONTEND=noninteractive
 
 pkgs=(build-essential cmake ninja-build pkg-config
       libcpp-httplib-dev libyaml-cpp-dev prometheus-cpp-dev libseccomp-dev libabsl-dev
-      libgtest-dev libgmock-dev nlohmann-json3-dev
-      python3 procps iproute2 util-linux curl)
+      libgtest-dev libgmock-dev nlohmann-json3-dev libssl-dev
+      python3 procps iproute2 util-linux curl openssl)
 if [ "${1:-}" = "--with-peers" ]; then pkgs+=(bubblewrap crun); fi
 
 missing=()
