@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -21,9 +22,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "sandbox/egress/audit.h"
+#include "sandbox/egress/destination_check.h"
 #include "sandbox/egress/ip_address.h"
+#include "sandbox/egress/rate_limiter.h"
 #include "sandbox/egress/resolver.h"
 #include "sandbox/egress/rules.h"
+#include "sandbox/egress/session.h"
 #include "sandbox/util/unique_fd.h"
 
 namespace moat::egress {
@@ -35,6 +39,8 @@ struct ProxyConfig {
   size_t max_connections = 128;                   // concurrent client connections
   absl::Duration connect_timeout = absl::Seconds(10);
   absl::Duration idle_timeout = absl::Minutes(5);  // a relay with no traffic either way
+  // For the client's request: the HTTP head and body (between reads), the SOCKS5 negotiation.
+  absl::Duration request_timeout = absl::Seconds(30);
 };
 
 class EgressProxy {
@@ -55,6 +61,58 @@ class EgressProxy {
   absl::Status Start();
   // Closes the listeners and every open connection and joins all threads. Idempotent.
   void Stop();
+
+ private:
+  enum class Door { kHttp, kSocks, kTransparent };
+  struct Listener {
+    UniqueFd fd;
+    Door door;
+    std::string name;  // kTransparent: the name its connections are for
+  };
+  // One client connection and its thread. The descriptors are owned by the thread; they are
+  // listed here (under mu_) only so Stop() can shut them down, and are set to -1 before the
+  // thread closes them, so Stop() never touches a descriptor number that was reused.
+  struct Connection {
+    std::thread thread;
+    int client_fd = -1;
+    int upstream_fd = -1;
+    bool finished = false;
+  };
+
+  void AddListener(UniqueFd listener, Door door, std::string name);
+  void AcceptLoop();
+  void Accept(int listener, Door door, const std::string& name);
+  // Too many connections: a one-line refusal in the door's protocol, an audit record, close.
+  void RefuseOverLimit(UniqueFd client, Door door, const std::string& name);
+  void Serve(uint64_t id, UniqueFd client, Door door, std::string name);
+  bool TrackUpstream(uint64_t id, int fd);
+  void UntrackUpstream(uint64_t id);
+  void FinishConnection(uint64_t id);
+  void ReapFinished();
+  void Wake();
+
+  const ProxyConfig config_;
+  const EgressRules rules_;
+  const AddressPolicy addresses_;
+  AuditSink* const audit_;
+  RateLimiter limiter_;
+  const DestinationCheck check_;
+  // eventfds. stop_fd_ becomes readable for good when Stop() begins; every wait in every thread
+  // polls it. wake_fd_ tells the accept loop to re-read the listeners and join finished threads.
+  UniqueFd stop_fd_;
+  UniqueFd wake_fd_;
+  absl::Status setup_status_;  // creating the eventfds
+
+  absl::Mutex stop_mu_;  // serialises Start() and Stop()
+  std::thread accept_thread_ ABSL_GUARDED_BY(stop_mu_);
+
+  absl::Mutex mu_;
+  std::vector<Listener> listeners_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, std::unique_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t live_ ABSL_GUARDED_BY(mu_) = 0;  // connections whose thread has not finished
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace moat::egress
