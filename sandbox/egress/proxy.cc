@@ -39,9 +39,8 @@ void SignalEventFd(int fd) {
   } while (n < 0 && errno == EINTR);
 }
 
-// splice() into a socket whose peer has gone raises SIGPIPE (it has no MSG_NOSIGNAL). Blocked in
-// the proxy's threads, the signal stays pending on the thread (and dies with it) while the call
-// fails with EPIPE, which the relay handles.
+// The relay guards itself against SIGPIPE (relay.cc); the proxy's own threads block it for good
+// as well, so no write anywhere in them can kill the supervisor.
 void BlockSigpipe() {
   sigset_t set;
   sigemptyset(&set);

@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -26,10 +28,35 @@ std::string Errno(absl::string_view what, int error) {
   return absl::StrCat(what, ": ", std::strerror(error));
 }
 
+// splice() into a socket whose peer has gone raises SIGPIPE: unlike send(), it has no
+// MSG_NOSIGNAL. While the relay runs the calling thread blocks SIGPIPE, so the signal stays
+// pending on the thread and the call fails with EPIPE, which the relay handles; afterwards a
+// pending SIGPIPE is taken off the thread before its old mask comes back.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeBlocked() {
+    if (sigismember(&old_, SIGPIPE)) return;
+    const struct timespec zero = {0, 0};
+    while (sigtimedwait(&pipe_, nullptr, &zero) == SIGPIPE) {
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t pipe_;
+  sigset_t old_;
+};
+
 }  // namespace
 
 RelayResult Relay(int client, int upstream, Sha256* up_hash, const RelayOptions& options,
                   int stop_fd) {
+  const SigpipeBlocked sigpipe_blocked;
   RelayResult result;
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_NONBLOCK | O_CLOEXEC) != 0) {
@@ -125,6 +152,12 @@ RelayResult Relay(int client, int upstream, Sha256* up_hash, const RelayOptions&
     if (in_pipe > 0) fds[0].events |= POLLOUT;
     if (!down_eof && in_pipe < static_cast<size_t>(pipe_size)) fds[1].events |= POLLIN;
     if (up_length > 0) fds[1].events |= POLLOUT;
+    // A socket with nothing to wait for is left out: its POLLHUP or POLLERR (reported whatever
+    // the events) would wake poll() again and again with nothing to do. A peer that is gone
+    // shows up as an error on the next read or write in the direction that still needs it.
+    for (struct pollfd& p : fds) {
+      if (p.events == 0) p.fd = -1;
+    }
     const int ready = ::poll(fds, stop_fd >= 0 ? 3 : 2, poll_ms);
     if (ready < 0 && errno != EINTR) {
       result.error = Errno("poll the relay", errno);
@@ -137,14 +170,6 @@ RelayResult Relay(int client, int upstream, Sha256* up_hash, const RelayOptions&
     if (stop_fd >= 0 && fds[2].revents != 0) {
       result.error = "stopped";
       return result;
-    }
-    // An error or hang-up on a socket the relay is not waiting on would wake poll() forever
-    // without any progress; the peer is gone, so the relay ends.
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].events == 0 && (fds[i].revents & (POLLERR | POLLHUP)) != 0) {
-        result.error = i == 0 ? "the client hung up" : "the destination hung up";
-        return result;
-      }
     }
   }
   return result;
