@@ -95,45 +95,43 @@ const std::vector<SpecialRange>& SpecialRanges() {
   static const std::vector<SpecialRange>* const ranges = [] {
     struct Entry {
       const char* cidr;
-      const char* kind;
+      const char* reason;
     };
     static constexpr Entry kEntries[] = {
         {"169.254.169.254", "cloud metadata"},  // AWS, GCP, Azure, OpenStack, ...
         {"100.100.100.200", "cloud metadata"},  // Alibaba Cloud
         {"168.63.129.16", "cloud metadata"},    // Azure wire server
         {"fd00:ec2::254", "cloud metadata"},    // AWS IMDS over IPv6
-        {"0.0.0.0/8", "unspecified (\"this network\")"},
-        {"10.0.0.0/8", "private"},
-        {"100.64.0.0/10", "carrier-grade NAT"},
-        {"127.0.0.0/8", "loopback"},
-        {"169.254.0.0/16", "link-local"},
-        {"172.16.0.0/12", "private"},
-        {"192.0.0.0/24", "reserved (IETF protocol assignments)"},
-        {"192.0.2.0/24", "documentation"},
-        {"192.88.99.0/24", "reserved (deprecated 6to4 relay anycast)"},
-        {"192.168.0.0/16", "private"},
-        {"198.18.0.0/15", "benchmarking"},
-        {"198.51.100.0/24", "documentation"},
-        {"203.0.113.0/24", "documentation"},
-        {"224.0.0.0/4", "multicast"},
-        {"255.255.255.255", "broadcast"},
-        {"240.0.0.0/4", "reserved"},
+        {"0.0.0.0/8", "unspecified (0.0.0.0/8, \"this network\")"},
+        {"10.0.0.0/8", "private (10.0.0.0/8)"},
+        {"100.64.0.0/10", "carrier-grade NAT (100.64.0.0/10)"},
+        {"127.0.0.0/8", "loopback (127.0.0.0/8)"},
+        {"169.254.0.0/16", "link-local (169.254.0.0/16)"},
+        {"172.16.0.0/12", "private (172.16.0.0/12)"},
+        {"192.0.0.0/24", "reserved (192.0.0.0/24, IETF protocol assignments)"},
+        {"192.0.2.0/24", "documentation (192.0.2.0/24)"},
+        {"192.88.99.0/24", "reserved (192.88.99.0/24, deprecated 6to4 relays)"},
+        {"192.168.0.0/16", "private (192.168.0.0/16)"},
+        {"198.18.0.0/15", "benchmarking (198.18.0.0/15)"},
+        {"198.51.100.0/24", "documentation (198.51.100.0/24)"},
+        {"203.0.113.0/24", "documentation (203.0.113.0/24)"},
+        {"224.0.0.0/4", "multicast (224.0.0.0/4)"},
+        {"255.255.255.255", "broadcast"},  // before 240.0.0.0/4, which holds it
+        {"240.0.0.0/4", "reserved (240.0.0.0/4)"},
         {"::", "unspecified"},
         {"::1", "loopback"},
-        {"100::/64", "discard-only"},
-        {"2001:db8::/32", "documentation"},
-        {"3fff::/20", "documentation"},
-        {"fc00::/7", "unique-local (private)"},
-        {"fe80::/10", "link-local"},
-        {"fec0::/10", "site-local"},
-        {"ff00::/8", "multicast"},
+        {"100::/64", "discard-only (100::/64)"},
+        {"2001:db8::/32", "documentation (2001:db8::/32)"},
+        {"3fff::/20", "documentation (3fff::/20)"},
+        {"fc00::/7", "private (fc00::/7, unique-local)"},
+        {"fe80::/10", "link-local (fe80::/10)"},
+        {"fec0::/10", "site-local (fec0::/10)"},
+        {"ff00::/8", "multicast (ff00::/8)"},
     };
     auto* out = new std::vector<SpecialRange>;
     for (const Entry& e : kEntries) {
-      Cidr range = *Cidr::Parse(e.cidr);  // constant input; a failure is a bug in this table
-      bool single = range.prefix_length() == (range.base().is_v4() ? 32 : 128);
-      std::string reason = single ? e.kind : absl::StrCat(e.kind, " (", range.ToString(), ")");
-      out->push_back({std::move(range), std::move(reason)});
+      // Constant input: a parse failure is a bug in this table, caught by any test.
+      out->push_back({*Cidr::Parse(e.cidr), e.reason});
     }
     return out;
   }();

@@ -69,15 +69,16 @@ bool IsNumericLabel(absl::string_view label) {
                      [](char c) { return absl::ascii_isxdigit(static_cast<unsigned char>(c)); });
 }
 
-// One part of an inet_aton address (lower-cased): hex after "0x" ("0x" alone is 0, as inet_aton
-// and URL parsers read it), octal after a leading "0" (so "08" is refused, never read as eight),
-// decimal otherwise. nullopt for anything else or a value over 32 bits.
+// One part of an inet_aton address (lower-cased): hex after "0x", octal after a leading "0" (so
+// "08" is refused, never read as eight), decimal otherwise. nullopt for anything else, for a bare
+// "0x" (glibc refuses it; URL parsers read 0), and for a value over 32 bits.
 std::optional<uint32_t> ParseAtonPart(absl::string_view part) {
   if (part.empty()) return std::nullopt;
   uint64_t base = 10;
   if (absl::StartsWith(part, "0x")) {
     base = 16;
     part.remove_prefix(2);
+    if (part.empty()) return std::nullopt;
   } else if (part.size() > 1 && part[0] == '0') {
     base = 8;
     part.remove_prefix(1);
