@@ -8,7 +8,6 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "sandbox/units.h"
 #include "sandbox/util/errno_status.h"
@@ -131,7 +130,7 @@ const std::vector<SpecialRange>& SpecialRanges() {
     auto* out = new std::vector<SpecialRange>;
     for (const Entry& e : kEntries) {
       // Constant input: a parse failure is a bug in this table, caught by any test.
-      out->push_back({*Cidr::Parse(e.cidr), e.reason});
+      out->push_back({Cidr::Parse(e.cidr).value(), e.reason});
     }
     return out;
   }();

@@ -1,5 +1,7 @@
 #include "sandbox/egress/target.h"
 
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 

@@ -225,6 +225,12 @@ TEST(CanonicalizeHostTest, RefusesWithAReason) {
       {"1:2:3:4:5:6:7:8:9", "IPv6"},
       {"[::1].", "brackets"},
       {"example.com:80", "IPv6"},
+      // Embedded IPv4 inside IPv6 text must be a strict dotted quad.
+      {"[::ffff:0177.0.0.1]", "IPv6"},
+      {"[::ffff:127.1]", "IPv6"},
+      {"[::ffff:127.000.0.1]", "IPv6"},
+      {"[::ffff:0x7f.0.0.1]", "IPv6"},
+      {"[1::2::3]", "IPv6"},
   };
   for (const auto& c : cases) {
     absl::StatusOr<CanonicalHost> host = CanonicalizeHost(c.raw);
