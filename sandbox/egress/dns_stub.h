@@ -4,8 +4,6 @@
 // get NXDOMAIN without any query leaving the host, and nothing can tunnel through it.
 #pragma once
 
-#include <sys/socket.h>
-
 #include <cstdint>
 #include <functional>
 #include <map>
