@@ -33,19 +33,19 @@ TEST(ParseHttpRequestHeadTest, ReadsRequestLineAndHeaders) {
 
 TEST(ParseHttpRequestHeadTest, RefusesWhatParsersDisagreeAbout) {
   const char* bad[] = {
-      "GET / HTTP/1.1\nHost: a\r\n\r\n",              // bare LF
-      "GET / HTTP/1.1\r\nHost: a\rb\r\n\r\n",         // bare CR
-      "GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n",         // folded line
-      "GET  / HTTP/1.1\r\n\r\n",                      // double space
-      "GET / HTTP/2.0\r\n\r\n",                       // version
-      "GET / HTTP/1.1 \r\n\r\n",                      // trailing space
-      "G@T / HTTP/1.1\r\n\r\n",                       // method not a token
-      "GET /\x01 HTTP/1.1\r\n\r\n",                   // control byte in target
-      "GET /\xc3\xa9 HTTP/1.1\r\n\r\n",               // non-ASCII target
-      "GET / HTTP/1.1\r\nX Y: a\r\n\r\n",             // space in a name
-      "GET / HTTP/1.1\r\nHost : a\r\n\r\n",           // space before the colon
-      "GET / HTTP/1.1\r\nNoColon\r\n\r\n",            // no colon
-      "GET / HTTP/1.1\r\nHost: a\r\n",                // no empty line
+      "GET / HTTP/1.1\nHost: a\r\n\r\n",       // bare LF
+      "GET / HTTP/1.1\r\nHost: a\rb\r\n\r\n",  // bare CR
+      "GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n",  // folded line
+      "GET  / HTTP/1.1\r\n\r\n",               // double space
+      "GET / HTTP/2.0\r\n\r\n",                // version
+      "GET / HTTP/1.1 \r\n\r\n",               // trailing space
+      "G@T / HTTP/1.1\r\n\r\n",                // method not a token
+      "GET /\x01 HTTP/1.1\r\n\r\n",            // control byte in target
+      "GET /\xc3\xa9 HTTP/1.1\r\n\r\n",        // non-ASCII target
+      "GET / HTTP/1.1\r\nX Y: a\r\n\r\n",      // space in a name
+      "GET / HTTP/1.1\r\nHost : a\r\n\r\n",    // space before the colon
+      "GET / HTTP/1.1\r\nNoColon\r\n\r\n",     // no colon
+      "GET / HTTP/1.1\r\nHost: a\r\n",         // no empty line
   };
   for (const char* text : bad) {
     EXPECT_FALSE(ParseHttpRequestHead(text).ok()) << text;
@@ -141,8 +141,9 @@ TEST(BuildOriginRequestHeadTest, KeepsEndToEndHeadersOnly) {
 }
 
 TEST(ChunkedDecoderTest, DecodesInOneGoAndByteByByte) {
-  const std::string body = "4\r\nWiki\r\n5;ext=1\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\n"
-                           "Trailer: x\r\n\r\nNEXT";
+  const std::string body =
+      "4\r\nWiki\r\n5;ext=1\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\n"
+      "Trailer: x\r\n\r\nNEXT";
   {
     ChunkedDecoder decoder;
     std::string out;
@@ -169,11 +170,11 @@ TEST(ChunkedDecoderTest, DecodesInOneGoAndByteByByte) {
 
 TEST(ChunkedDecoderTest, RefusesMalformedFraming) {
   const char* bad[] = {
-      "x\r\n",                       // not hex
-      "\r\n",                        // empty size
-      "4\nWiki\r\n0\r\n\r\n",        // bare LF
-      "4\r\nWikiX\r\n0\r\n\r\n",     // data longer than its size
-      "1000000000000000\r\n",        // 16 hex digits
+      "x\r\n",                    // not hex
+      "\r\n",                     // empty size
+      "4\nWiki\r\n0\r\n\r\n",     // bare LF
+      "4\r\nWikiX\r\n0\r\n\r\n",  // data longer than its size
+      "1000000000000000\r\n",     // 16 hex digits
       "-1\r\n",
   };
   for (const char* text : bad) {

@@ -28,7 +28,9 @@ class RateLimiter {
   const uint32_t per_minute_;
   const std::function<absl::Time()> now_;
   absl::Mutex mu_;
-  double tokens_ ABSL_GUARDED_BY(mu_);
+  // The bucket as time: each request costs a minute / per_minute_, the bucket holds at most a
+  // minute. Durations are exact integers, so refills land exactly on schedule.
+  absl::Duration credit_ ABSL_GUARDED_BY(mu_);
   absl::Time last_ ABSL_GUARDED_BY(mu_);
 };
 
