@@ -10,6 +10,7 @@
 #include "sandbox/egress/proxy.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -234,6 +235,13 @@ void EgressProxy::RefuseOverLimit(UniqueFd client, Door door, const std::string&
   } else {
     record.host = name;
     record.method = "TCP";
+    struct sockaddr_storage local;
+    socklen_t length = sizeof(local);
+    if (::getsockname(client.get(), reinterpret_cast<struct sockaddr*>(&local), &length) == 0) {
+      record.port = ntohs(local.ss_family == AF_INET6
+                              ? reinterpret_cast<struct sockaddr_in6*>(&local)->sin6_port
+                              : reinterpret_cast<struct sockaddr_in*>(&local)->sin_port);
+    }
   }
   // Best effort and never blocking: the socket is non-blocking and the reply tiny.
   if (!reply.empty()) (void)!::send(client.get(), reply.data(), reply.size(), MSG_NOSIGNAL);

@@ -65,8 +65,10 @@ RelayResult Relay(int client, int upstream, Sha256* up_hash, const RelayOptions&
   }
   const UniqueFd pipe_read(pipe_fds[0]);
   const UniqueFd pipe_write(pipe_fds[1]);
-  // Best effort: without it the pipe keeps its default 64 KiB and the relay is merely slower.
-  const int pipe_size = std::max(::fcntl(pipe_write.get(), F_SETPIPE_SZ, kPipeBytes), 4096);
+  // Best effort: without it (fs.pipe-max-size, or the user's pipe quota) the pipe keeps its
+  // default size and the relay is merely slower.
+  int pipe_size = ::fcntl(pipe_write.get(), F_SETPIPE_SZ, kPipeBytes);
+  if (pipe_size <= 0) pipe_size = std::max(::fcntl(pipe_write.get(), F_GETPIPE_SZ), 4096);
 
   const auto buffer = std::make_unique<char[]>(kUploadBuffer);
   size_t up_offset = 0, up_length = 0;  // bytes read from the client, not yet sent upstream
