@@ -49,17 +49,6 @@ void BlockSigpipe() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-const char* ProtocolOf(int door) {
-  switch (door) {
-    case 0:
-      return "http";
-    case 1:
-      return "socks5";
-    default:
-      return "transparent";
-  }
-}
-
 }  // namespace
 
 EgressProxy::EgressProxy(ProxyConfig config, EgressRules rules, AddressPolicy addresses,
@@ -78,6 +67,18 @@ EgressProxy::EgressProxy(ProxyConfig config, EgressRules rules, AddressPolicy ad
 }
 
 EgressProxy::~EgressProxy() { Stop(); }
+
+const char* EgressProxy::ProtocolOf(Door door) {
+  switch (door) {
+    case Door::kHttp:
+      return "http";
+    case Door::kSocks:
+      return "socks5";
+    case Door::kTransparent:
+      return "transparent";
+  }
+  return "";
+}
 
 void EgressProxy::AddHttpListener(UniqueFd listener) {
   AddListener(std::move(listener), Door::kHttp, "");
@@ -218,7 +219,7 @@ void EgressProxy::RefuseOverLimit(UniqueFd client, Door door, const std::string&
   AuditRecord record;
   record.time = absl::Now();
   record.sandbox = config_.sandbox_id;
-  record.protocol = ProtocolOf(static_cast<int>(door));
+  record.protocol = ProtocolOf(door);
   record.status = 503;
   record.reason =
       absl::StrCat("over max_connections (", config_.max_connections, " connections at once)");
@@ -257,7 +258,7 @@ void EgressProxy::Serve(uint64_t id, UniqueFd client, Door door, std::string nam
                    stop_fd_.get(),
                    [this, id](int fd) { return TrackUpstream(id, fd); },
                    [this, id] { UntrackUpstream(id); }};
-    Session session(env, client.get(), ProtocolOf(static_cast<int>(door)));
+    Session session(env, client.get(), ProtocolOf(door));
     switch (door) {
       case Door::kHttp:
         ServeHttp(session);

@@ -79,6 +79,7 @@ class EgressProxy {
     bool finished = false;
   };
 
+  static const char* ProtocolOf(Door door);  // the audit record's `protocol` until parsed
   void AddListener(UniqueFd listener, Door door, std::string name);
   void AcceptLoop();
   void Accept(int listener, Door door, const std::string& name);
