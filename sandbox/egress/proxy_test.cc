@@ -658,12 +658,15 @@ TEST_F(ProxyTest, StopWithOpenTunnelsReturnsPromptlyAndLeavesNothingBehind) {
 TEST_F(ProxyTest, ManyRequestsLeakNoDescriptors) {
   StartProxy({"origin.test"});
   EXPECT_EQ(StatusOf(Get(OriginAuthority())), 200);  // warm up
+  sink_.WaitFor(1);
+  absl::SleepFor(absl::Milliseconds(100));  // the warm-up's threads close their sockets
   const size_t fds_before = CountEntries("/proc/self/fd");
   for (int i = 0; i < 20; ++i) {
     EXPECT_EQ(StatusOf(Get(OriginAuthority())), 200);
     EXPECT_EQ(StatusOf(Get("denied.test:80")), 403);
   }
-  EXPECT_EQ(Settle([] { return CountEntries("/proc/self/fd"); }, fds_before), fds_before);
+  // At most the baseline: a descriptor leaked per request would show up 20 or 40 times over.
+  EXPECT_LE(Settle([] { return CountEntries("/proc/self/fd"); }, fds_before), fds_before);
 }
 
 }  // namespace
