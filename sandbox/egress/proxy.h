@@ -35,8 +35,8 @@ namespace moat::egress {
 struct ProxyConfig {
   std::string sandbox_id;
   uint64_t max_request_body_bytes = 16ull << 20;  // plain HTTP: 413; tunnels: closed at the cap
-  uint32_t requests_per_minute = 600;             // over it: 429 (SOCKS5: "not allowed")
-  size_t max_connections = 128;                   // concurrent client connections
+  uint32_t requests_per_minute = 600;  // over it: 429 (SOCKS5: "not allowed"); 0: no limit
+  size_t max_connections = 128;        // concurrent client connections
   absl::Duration connect_timeout = absl::Seconds(10);
   absl::Duration idle_timeout = absl::Minutes(5);  // a relay with no traffic either way
   // For the client's request: the HTTP head and body (between reads), the SOCKS5 negotiation.
