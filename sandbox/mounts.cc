@@ -440,6 +440,24 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
     const char* kept = plan.Keep(path);
     plan.Add({.kind = K::kAttachInRoot, .source = kept, .target = kept, .fd = fd});
   }
+  for (const auto& [host_file, inside] : options.file_overlays) {
+    // The sandbox sees the host's file at `inside`; a symlink there (systemd-resolved's
+    // resolv.conf) would point into /run, which the sandbox never sees.
+    struct stat st;
+    if (::lstat(inside.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "\"", inside, "\" is not a regular file on this host (a symlink?); moat binds \"",
+          host_file, "\" over it inside the sandbox. Make it a regular file"));
+    }
+    // Not idmapped: the file stays owned by the host's root, and read-only.
+    MountOptions plain = options;
+    plain.sandbox_ids.reset();
+    ASSIGN_OR_RETURN(int fd, plan.OpenTree(host_file, inside, plain));
+    const char* target = plan.Keep(inside);
+    plan.Add(
+        {.kind = K::kAttachInRoot, .source = plan.Keep(host_file), .target = target, .fd = fd});
+    plan.Add({.kind = K::kReadOnlyInRoot, .target = target});
+  }
   for (const std::string& path : options.readonly_paths) {
     plan.Add({.kind = K::kReadOnlyInRoot, .target = plan.Keep(path), .optional = true});
   }

@@ -38,6 +38,9 @@ struct MountOptions {
   std::vector<std::string> writable_paths;  // host paths bound read-write at the same path
   std::vector<std::string> readonly_paths;  // re-bound read-only (inside writable ones)
   std::vector<std::string> hidden_paths;    // covered: dirs by an empty tmpfs, files by /dev/null
+  // Host files bound read-only over existing files of the view: {host file, path inside}, e.g.
+  // the egress resolv.conf over /etc/resolv.conf.
+  std::vector<std::pair<std::string, std::string>> file_overlays;
 };
 
 // One prepared step. All strings are owned by the plan and never move after Build().

@@ -12,6 +12,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "sandbox/domain_pattern.h"
+#include "sandbox/egress/ip_address.h"
+#include "sandbox/egress/resolver.h"
 #include "sandbox/units.h"
 #include "sandbox/util/status_macros.h"
 
@@ -207,6 +209,103 @@ absl::Status MergeAllowedDomains(const PolicyLayer& layer, LayerTrust trust, Pol
   return absl::OkStatus();
 }
 
+// network.allowedCidrs, dnsServers, maxRequestBodyBytes, requestsPerMinute and transparent. A
+// project layer may narrow the lists (every range inside one allowed below; resolvers only from
+// a list set below), lower the limits and turn transparent mode off, nothing else.
+absl::Status MergeEgress(const PolicyLayer& layer, LayerTrust trust, Policy* policy) {
+  const bool project = trust == LayerTrust::kProject;
+  if (layer.allowed_cidrs) {
+    constexpr absl::string_view kKey = "network.allowedCidrs";
+    std::vector<std::string> cidrs;
+    for (const std::string& text : *layer.allowed_cidrs) {
+      absl::StatusOr<std::string> cidr = NormaliseCidr(text);
+      if (!cidr.ok()) return KeyError(layer, kKey, cidr.status().message());
+      AppendUnique(&cidrs, *std::move(cidr));
+    }
+    if (project) {
+      for (const std::string& text : cidrs) {
+        egress::Cidr wanted = *egress::Cidr::Parse(text);
+        bool covered = std::any_of(
+            policy->allowed_cidrs.begin(), policy->allowed_cidrs.end(), [&](const std::string& c) {
+              absl::StatusOr<egress::Cidr> have = egress::Cidr::Parse(c);
+              return have.ok() && have->prefix_length() <= wanted.prefix_length() &&
+                     have->Contains(wanted.base());
+            });
+        if (covered) continue;
+        return WideningError(
+            layer, kKey,
+            absl::StrCat(
+                QuoteForMessage(text), " is not inside a range the layers below allow (",
+                policy->allowed_cidrs.empty() ? "none" : DescribeList(policy->allowed_cidrs), "); ",
+                kTrustHint));
+      }
+    }
+    policy->allowed_cidrs = std::move(cidrs);
+  }
+  if (layer.dns_servers) {
+    constexpr absl::string_view kKey = "network.dnsServers";
+    std::vector<std::string> servers;
+    for (const std::string& text : *layer.dns_servers) {
+      absl::StatusOr<std::string> server = NormaliseDnsServer(text);
+      if (!server.ok()) return KeyError(layer, kKey, server.status().message());
+      AppendUnique(&servers, *std::move(server));
+    }
+    if (servers.empty()) {
+      return KeyError(layer, kKey,
+                      "is empty; remove the key to use the host's /etc/resolv.conf, or list at "
+                      "least one server");
+    }
+    if (project) {
+      for (const std::string& server : servers) {
+        if (std::find(policy->dns_servers.begin(), policy->dns_servers.end(), server) !=
+            policy->dns_servers.end()) {
+          continue;
+        }
+        return WideningError(
+            layer, kKey,
+            absl::StrCat(QuoteForMessage(server),
+                         policy->dns_servers.empty()
+                             ? " would replace the host's resolvers, which the layers below use"
+                             : absl::StrCat(" is not one of the resolvers the layers below use (",
+                                            DescribeList(policy->dns_servers), ")"),
+                         "; ", kTrustHint));
+      }
+    }
+    policy->dns_servers = std::move(servers);
+  }
+  if (layer.max_request_body_bytes) {
+    constexpr absl::string_view kKey = "network.maxRequestBodyBytes";
+    if (absl::Status s = ValidateRequestBodyCap(*layer.max_request_body_bytes); !s.ok()) {
+      return KeyError(layer, kKey, s.message());
+    }
+    if (project) {
+      RETURN_IF_ERROR(CheckNotRaised(layer, kKey, *layer.max_request_body_bytes,
+                                     policy->egress.max_request_body_bytes, FormatSize));
+    }
+    policy->egress.max_request_body_bytes = *layer.max_request_body_bytes;
+  }
+  if (layer.requests_per_minute) {
+    constexpr absl::string_view kKey = "network.requestsPerMinute";
+    if (absl::Status s = ValidateRequestsPerMinute(*layer.requests_per_minute); !s.ok()) {
+      return KeyError(layer, kKey, s.message());
+    }
+    if (project) {
+      RETURN_IF_ERROR(CheckNotRaised(layer, kKey, *layer.requests_per_minute,
+                                     policy->egress.requests_per_minute, FormatCount));
+    }
+    policy->egress.requests_per_minute = *layer.requests_per_minute;
+  }
+  if (layer.transparent) {
+    if (project && *layer.transparent && !policy->transparent) {
+      return WideningError(
+          layer, "network.transparent",
+          absl::StrCat("a project policy may turn transparent mode off, not on; ", kTrustHint));
+    }
+    policy->transparent = *layer.transparent;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status MergeAllowWrite(const PolicyLayer& layer, LayerTrust trust, Policy* policy) {
   if (!layer.allow_write) return absl::OkStatus();
   constexpr absl::string_view kKey = "filesystem.allowWrite";
@@ -271,8 +370,9 @@ absl::Status MergeEnv(const PolicyLayer& layer, Policy* policy) {
 
 bool LayerIsEmpty(const PolicyLayer& l) {
   return !l.memory_bytes && !l.pids && !l.tmpfs_bytes && !l.cpus && !l.cpu_timeout &&
-         !l.wall_timeout && !l.allowed_domains && !l.denied_domains && !l.deny_read &&
-         !l.allow_write && !l.deny_write && !l.hide_home && l.env.empty();
+         !l.wall_timeout && !l.allowed_domains && !l.denied_domains && !l.allowed_cidrs &&
+         !l.dns_servers && !l.max_request_body_bytes && !l.requests_per_minute && !l.transparent &&
+         !l.deny_read && !l.allow_write && !l.deny_write && !l.hide_home && l.env.empty();
 }
 
 std::string JoinPath(absl::string_view base, absl::string_view relative) {
@@ -397,11 +497,38 @@ absl::Status ValidateTmpfsSize(uint64_t bytes) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateRequestBodyCap(uint64_t bytes) {
+  if (bytes == 0) {
+    return absl::InvalidArgumentError(
+        "the request body cap must be above 0 (e.g. 16M); deny the domains instead");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRequestsPerMinute(uint64_t n) {
+  if (n == 0 || n > 1000000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request rate must be between 1 and 1000000 per minute, not ", n));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> NormaliseCidr(absl::string_view text) {
+  ASSIGN_OR_RETURN(egress::Cidr cidr, egress::Cidr::Parse(text));
+  return cidr.ToString();
+}
+
+absl::StatusOr<std::string> NormaliseDnsServer(absl::string_view text) {
+  ASSIGN_OR_RETURN(egress::DnsServer server, egress::ParseDnsServer(text));
+  return server.ToString();
+}
+
 absl::Status ApplyLayer(const PolicyLayer& layer, LayerTrust trust, Policy* policy) {
   // Merge into a copy so that a rejected layer leaves no partial change behind.
   Policy merged = *policy;
   RETURN_IF_ERROR(MergeLimits(layer, trust, &merged.limits));
   RETURN_IF_ERROR(MergeAllowedDomains(layer, trust, &merged));
+  RETURN_IF_ERROR(MergeEgress(layer, trust, &merged));
   RETURN_IF_ERROR(MergeAllowWrite(layer, trust, &merged));
   RETURN_IF_ERROR(MergeDenyLists(layer, &merged));
   if (layer.hide_home) {

@@ -34,10 +34,23 @@ struct Limits {
   uint64_t tmpfs_bytes = 64ull << 20;  // each of /tmp and /workspace
 };
 
+// How the egress proxy treats what allowedDomains lets through (see sandbox/egress/).
+struct EgressLimits {
+  uint64_t max_request_body_bytes = 16ull << 20;  // network.maxRequestBodyBytes
+  uint64_t requests_per_minute = 600;             // network.requestsPerMinute
+};
+
 struct Policy {
   Limits limits;
   std::vector<std::string> allowed_domains;  // normalised DomainPattern texts
   std::vector<std::string> denied_domains;
+  // Ranges the proxy may dial although they are loopback, private or link-local (normalised
+  // Cidr texts, see egress/ip_address.h). Default: none.
+  std::vector<std::string> allowed_cidrs;
+  // Upstream resolvers ("192.0.2.53:53", "[::1]:53"); empty: the host's /etc/resolv.conf.
+  std::vector<std::string> dns_servers;
+  EgressLimits egress;
+  bool transparent = false;  // network.transparent: allowed names resolve to proxied addresses
   std::vector<std::string> deny_read;  // absolute, lexically normalised host paths
   std::vector<std::string> allow_write;
   std::vector<std::string> deny_write;  // stay read-only even under allow_write
@@ -59,6 +72,9 @@ struct PolicyLayer {
   std::optional<double> cpus;
   std::optional<absl::Duration> cpu_timeout, wall_timeout;
   std::optional<std::vector<std::string>> allowed_domains, denied_domains;
+  std::optional<std::vector<std::string>> allowed_cidrs, dns_servers;
+  std::optional<uint64_t> max_request_body_bytes, requests_per_minute;
+  std::optional<bool> transparent;
   std::optional<std::vector<std::string>> deny_read, allow_write, deny_write;
   std::optional<bool> hide_home;
   std::vector<std::pair<std::string, std::string>> env;
@@ -139,6 +155,11 @@ absl::Status ValidatePids(uint64_t pids);
 absl::Status ValidateCpus(double cpus);
 absl::Status ValidateTimeout(absl::Duration timeout);
 absl::Status ValidateTmpfsSize(uint64_t bytes);
+absl::Status ValidateRequestBodyCap(uint64_t bytes);
+absl::Status ValidateRequestsPerMinute(uint64_t n);
+// Parse and normalise one network.allowedCidrs / network.dnsServers entry.
+absl::StatusOr<std::string> NormaliseCidr(absl::string_view text);
+absl::StatusOr<std::string> NormaliseDnsServer(absl::string_view text);
 
 inline constexpr uint64_t kMaxPids = 4194304;  // the kernel's PID_MAX_LIMIT on 64-bit
 inline constexpr absl::Duration kMinTimeout = absl::Milliseconds(1);

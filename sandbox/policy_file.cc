@@ -445,9 +445,22 @@ class Walker {
       } else if (key == "deniedDomains") {
         RETURN_IF_ERROR(
             DomainList(child, value, DomainPattern::ListKind::kDeny, &layer_->denied_domains));
+      } else if (key == "allowedCidrs") {
+        ASSIGN_OR_RETURN(layer_->allowed_cidrs, CheckedStrings(child, value, NormaliseCidr));
+      } else if (key == "dnsServers") {
+        ASSIGN_OR_RETURN(layer_->dns_servers, CheckedStrings(child, value, NormaliseDnsServer));
+      } else if (key == "maxRequestBodyBytes") {
+        ASSIGN_OR_RETURN(layer_->max_request_body_bytes,
+                         Size(child, value, ValidateRequestBodyCap));
+      } else if (key == "requestsPerMinute") {
+        ASSIGN_OR_RETURN(layer_->requests_per_minute,
+                         Count(child, value, ValidateRequestsPerMinute));
+      } else if (key == "transparent") {
+        ASSIGN_OR_RETURN(layer_->transparent, Bool(child, value));
       } else {
-        RETURN_IF_ERROR(
-            CompatOrUnknown(kNetworkCompat, child, value, "allowedDomains, deniedDomains"));
+        RETURN_IF_ERROR(CompatOrUnknown(kNetworkCompat, child, value,
+                                        "allowedDomains, deniedDomains, allowedCidrs, dnsServers, "
+                                        "maxRequestBodyBytes, requestsPerMinute, transparent"));
       }
     }
     return absl::OkStatus();
@@ -484,7 +497,7 @@ class Walker {
       } else if (key == "tmpfsSize") {
         ASSIGN_OR_RETURN(layer_->tmpfs_bytes, Size(child, value, ValidateTmpfsSize));
       } else if (key == "pids") {
-        ASSIGN_OR_RETURN(layer_->pids, Pids(child, value));
+        ASSIGN_OR_RETURN(layer_->pids, Count(child, value, ValidatePids));
       } else if (key == "cpus") {
         ASSIGN_OR_RETURN(layer_->cpus, Cpus(child, value));
       } else if (key == "cpuTimeout") {
@@ -546,6 +559,20 @@ class Walker {
     return absl::OkStatus();
   }
 
+  // A list of strings, each checked and normalised by `normalise`.
+  absl::StatusOr<std::vector<std::string>> CheckedStrings(
+      const std::string& path, const Json& value,
+      absl::StatusOr<std::string> (*normalise)(absl::string_view)) {
+    ASSIGN_OR_RETURN(std::vector<std::string> texts, Strings(path, value));
+    std::vector<std::string> out;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      absl::StatusOr<std::string> item = normalise(texts[i]);
+      if (!item.ok()) return Fail(ItemPath(path, i), item.status().message());
+      out.push_back(*std::move(item));
+    }
+    return out;
+  }
+
   absl::Status PathList(const std::string& path, const Json& value,
                         std::optional<std::vector<std::string>>* out) {
     ASSIGN_OR_RETURN(std::vector<std::string> texts, Strings(path, value));
@@ -581,17 +608,19 @@ class Walker {
     return *bytes;
   }
 
-  absl::StatusOr<uint64_t> Pids(const std::string& path, const Json& value) {
+  // A whole number (process count, requests per minute), checked by `validate`.
+  absl::StatusOr<uint64_t> Count(const std::string& path, const Json& value,
+                                 absl::Status (*validate)(uint64_t)) {
     ASSIGN_OR_RETURN(std::string text, ScalarText(path, value, "256"));
-    uint64_t pids = 0;
+    uint64_t n = 0;
     bool digits = !text.empty() && text.size() <= 20 &&
                   std::all_of(text.begin(), text.end(), absl::ascii_isdigit);
-    if (!digits || !absl::SimpleAtoi(text, &pids)) {
-      return Fail(path, absl::StrCat("invalid process count ", QuoteForMessage(text),
+    if (!digits || !absl::SimpleAtoi(text, &n)) {
+      return Fail(path, absl::StrCat("invalid number ", QuoteForMessage(text),
                                      " (use a whole number, e.g. 256)"));
     }
-    if (absl::Status s = ValidatePids(pids); !s.ok()) return Fail(path, s.message());
-    return pids;
+    if (absl::Status s = validate(n); !s.ok()) return Fail(path, s.message());
+    return n;
   }
 
   absl::StatusOr<double> Cpus(const std::string& path, const Json& value) {

@@ -55,6 +55,11 @@ constexpr absl::string_view kFullYaml = R"(
 network:
   allowedDomains: ["Example.com", "*.example.com", "api.x.com:443"]
   deniedDomains: ["bad.example.com"]
+  allowedCidrs: ["10.1.0.0/16", "::1"]
+  dnsServers: ["127.0.0.1:5353", "[::1]"]
+  maxRequestBodyBytes: 1M
+  requestsPerMinute: 30
+  transparent: true
 filesystem:
   denyRead: ["~/.netrc", "secrets/"]
   allowWrite: ["."]
@@ -76,7 +81,10 @@ env:
 constexpr absl::string_view kFullJson = R"({
   "network": {
     "allowedDomains": ["Example.com", "*.example.com", "api.x.com:443"],
-    "deniedDomains": ["bad.example.com"]
+    "deniedDomains": ["bad.example.com"],
+    "allowedCidrs": ["10.1.0.0/16", "::1"],
+    "dnsServers": ["127.0.0.1:5353", "[::1]"],
+    "maxRequestBodyBytes": "1M", "requestsPerMinute": 30, "transparent": true
   },
   "filesystem": {
     "denyRead": ["~/.netrc", "secrets/"],
@@ -94,6 +102,11 @@ constexpr absl::string_view kFullJson = R"({
 void ExpectFullLayer(const PolicyLayer& layer) {
   EXPECT_THAT(*layer.allowed_domains, ElementsAre("example.com", "*.example.com", "api.x.com:443"));
   EXPECT_THAT(*layer.denied_domains, ElementsAre("bad.example.com"));
+  EXPECT_THAT(*layer.allowed_cidrs, ElementsAre("10.1.0.0/16", "::1/128"));
+  EXPECT_THAT(*layer.dns_servers, ElementsAre("127.0.0.1:5353", "[::1]:53"));
+  EXPECT_EQ(layer.max_request_body_bytes, 1ull << 20);
+  EXPECT_EQ(layer.requests_per_minute, 30u);
+  EXPECT_EQ(layer.transparent, true);
   EXPECT_THAT(*layer.deny_read, ElementsAre("/home/u/.netrc", "/repo/secrets"));
   EXPECT_THAT(*layer.allow_write, ElementsAre("/repo"));
   EXPECT_THAT(*layer.deny_write, ElementsAre("/repo/.git"));
@@ -199,9 +212,9 @@ TEST(ParsePolicyTextTest, RejectsInvalidLimitValues) {
       {"limits: {tmpfsSize: 0}", R"({"limits": {"tmpfsSize": "0"}})", "above 0"},
       {"limits: {pids: 0}", R"({"limits": {"pids": 0}})", "from 1 to"},
       {"limits: {pids: 5000000}", R"({"limits": {"pids": 5000000}})", "from 1 to"},
-      {"limits: {pids: 1.5}", R"({"limits": {"pids": 1.5}})", "invalid process count"},
-      {"limits: {pids: 1e3}", R"({"limits": {"pids": "1e3"}})", "invalid process count"},
-      {"limits: {pids: -3}", R"({"limits": {"pids": -3}})", "invalid process count"},
+      {"limits: {pids: 1.5}", R"({"limits": {"pids": 1.5}})", "invalid number"},
+      {"limits: {pids: 1e3}", R"({"limits": {"pids": "1e3"}})", "invalid number"},
+      {"limits: {pids: -3}", R"({"limits": {"pids": -3}})", "invalid number"},
       {"limits: {cpus: 0}", R"({"limits": {"cpus": 0}})", "above 0"},
       {"limits: {cpus: 1025}", R"({"limits": {"cpus": 1025}})", "at most 1024"},
       {"limits: {cpus: -1}", R"({"limits": {"cpus": -1}})", "invalid CPU count"},
@@ -438,6 +451,25 @@ TEST(ParsePolicyTextTest, DomainListsUseAllowAndDenyRules) {
   ExpectBothFail("network: {deniedDomains: [\"a..com\"]}",
                  R"({"network": {"deniedDomains": ["a..com"]}})", "empty label");
   EXPECT_TRUE(Yaml("network: {deniedDomains: [\"*\", \"*.com\"]}").ok());
+}
+
+TEST(ParsePolicyTextTest, RejectsInvalidEgressValues) {
+  ExpectBothFail("network: {allowedCidrs: [10.0.0.1/8]}",
+                 R"({"network": {"allowedCidrs": ["10.0.0.1/8"]}})", "network.allowedCidrs[0]");
+  ExpectBothFail("network: {allowedCidrs: [not-an-address]}",
+                 R"({"network": {"allowedCidrs": ["not-an-address"]}})", "network.allowedCidrs");
+  ExpectBothFail("network: {dnsServers: [\"1.2.3.4:0\"]}",
+                 R"({"network": {"dnsServers": ["1.2.3.4:0"]}})", "network.dnsServers[0]");
+  ExpectBothFail("network: {dnsServers: [dns.google]}",
+                 R"({"network": {"dnsServers": ["dns.google"]}})", "network.dnsServers[0]");
+  ExpectBothFail("network: {maxRequestBodyBytes: 0}", R"({"network": {"maxRequestBodyBytes": 0}})",
+                 "network.maxRequestBodyBytes");
+  ExpectBothFail("network: {requestsPerMinute: 1.5}", R"({"network": {"requestsPerMinute": 1.5}})",
+                 "network.requestsPerMinute");
+  ExpectBothFail("network: {requestsPerMinute: 0}", R"({"network": {"requestsPerMinute": 0}})",
+                 "network.requestsPerMinute");
+  ExpectBothFail("network: {transparent: yes}", R"({"network": {"transparent": "yes"}})",
+                 "network.transparent");
 }
 
 TEST(ParseJsonPolicyTreeTest, ReportsSyntaxErrorsWithLine) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -412,6 +413,87 @@ TEST(ApplyLayerProjectTest, AFailedLayerChangesNothing) {
 
 // ---------------------------------------------------------------------------------------------
 // Defaults and mandatory protections
+
+TEST(ApplyLayerTest, TrustedLayerSetsEgressKeys) {
+  Policy policy;
+  PolicyLayer layer = Layer("/etc/moat.yaml");
+  layer.allowed_cidrs = {{"127.0.0.0/8", "fd00::/8"}};
+  layer.dns_servers = {{"127.0.0.1:5353"}};
+  layer.max_request_body_bytes = 1024;
+  layer.requests_per_minute = 5;
+  layer.transparent = true;
+  ASSERT_TRUE(ApplyLayer(layer, LayerTrust::kTrusted, &policy).ok());
+  EXPECT_THAT(policy.allowed_cidrs, ElementsAre("127.0.0.0/8", "fd00::/8"));
+  EXPECT_THAT(policy.dns_servers, ElementsAre("127.0.0.1:5353"));
+  EXPECT_EQ(policy.egress.max_request_body_bytes, 1024u);
+  EXPECT_EQ(policy.egress.requests_per_minute, 5u);
+  EXPECT_TRUE(policy.transparent);
+
+  PolicyLayer bad = Layer("/etc/moat.yaml");
+  bad.dns_servers = std::vector<std::string>{};
+  EXPECT_THAT(Message(ApplyLayer(bad, LayerTrust::kTrusted, &policy)),
+              HasSubstr("network.dnsServers"));
+}
+
+TEST(ApplyLayerProjectTest, MayNarrowEgressButNotWidenIt) {
+  Policy base;
+  base.allowed_cidrs = {"10.0.0.0/8"};
+  base.dns_servers = {"127.0.0.1:53", "127.0.0.2:53"};
+  base.transparent = true;
+
+  PolicyLayer narrow = Layer(std::string(kProject));
+  narrow.allowed_cidrs = {{"10.2.0.0/16"}};
+  narrow.dns_servers = {{"127.0.0.2"}};
+  narrow.max_request_body_bytes = 1024;
+  narrow.requests_per_minute = 10;
+  narrow.transparent = false;
+  Policy policy = base;
+  ASSERT_TRUE(ApplyLayer(narrow, LayerTrust::kProject, &policy).ok());
+  EXPECT_THAT(policy.allowed_cidrs, ElementsAre("10.2.0.0/16"));
+  EXPECT_THAT(policy.dns_servers, ElementsAre("127.0.0.2:53"));
+  EXPECT_FALSE(policy.transparent);
+
+  struct Case {
+    const char* name;
+    std::function<void(PolicyLayer&)> set;
+    const char* key;
+  } cases[] = {
+      {"wider range", [](PolicyLayer& l) { l.allowed_cidrs = {{"0.0.0.0/0"}}; },
+       "network.allowedCidrs"},
+      {"range outside", [](PolicyLayer& l) { l.allowed_cidrs = {{"169.254.169.254"}}; },
+       "network.allowedCidrs"},
+      {"other resolver", [](PolicyLayer& l) { l.dns_servers = {{"192.0.2.53"}}; },
+       "network.dnsServers"},
+      {"bigger body", [](PolicyLayer& l) { l.max_request_body_bytes = 1ull << 40; },
+       "network.maxRequestBodyBytes"},
+      {"faster rate", [](PolicyLayer& l) { l.requests_per_minute = 100000; },
+       "network.requestsPerMinute"},
+  };
+  for (const Case& c : cases) {
+    PolicyLayer layer = Layer(std::string(kProject));
+    c.set(layer);
+    Policy p = base;
+    absl::Status s = ApplyLayer(layer, LayerTrust::kProject, &p);
+    EXPECT_FALSE(s.ok()) << c.name;
+    EXPECT_THAT(Message(s), HasSubstr(c.key)) << c.name;
+    EXPECT_EQ(p.allowed_cidrs, base.allowed_cidrs) << c.name;
+  }
+
+  // With nothing set below, a project may neither open ranges, pick resolvers nor turn on
+  // transparent mode.
+  Policy closed;
+  PolicyLayer cidrs = Layer(std::string(kProject));
+  cidrs.allowed_cidrs = {{"127.0.0.1"}};
+  EXPECT_FALSE(ApplyLayer(cidrs, LayerTrust::kProject, &closed).ok());
+  PolicyLayer dns = Layer(std::string(kProject));
+  dns.dns_servers = {{"127.0.0.1"}};
+  EXPECT_THAT(Message(ApplyLayer(dns, LayerTrust::kProject, &closed)),
+              HasSubstr("would replace the host's resolvers"));
+  PolicyLayer transparent = Layer(std::string(kProject));
+  transparent.transparent = true;
+  EXPECT_THAT(Message(ApplyLayer(transparent, LayerTrust::kProject, &closed)),
+              HasSubstr("network.transparent"));
+}
 
 TEST(DefaultPolicyTest, IsClosedByDefault) {
   Policy policy = DefaultPolicy(PathContext{.home = "/home/u", .cwd = "/repo"});

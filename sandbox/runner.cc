@@ -146,6 +146,16 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   const absl::Time seccomp_ready = absl::Now();
   MountOptions mount_options = request.mounts;
   mount_options.sandbox_ids = std::make_pair(ids_.host_uid, ids_.host_gid);
+  // Egress: everything that can fail is checked before clone (fail closed); the listeners are
+  // bound once the sandbox's network namespace exists (spawn's before_start).
+  std::unique_ptr<egress::EgressSession> egress;
+  if (request.egress) {
+    egress::EgressOptions options = *request.egress;
+    options.sandbox_id = cgroup_name;
+    ASSIGN_OR_RETURN(egress, egress::EgressSession::Create(options));
+    ASSIGN_OR_RETURN(std::string resolv_conf, egress::EgressSession::ResolvConf());
+    mount_options.file_overlays.emplace_back(resolv_conf, "/etc/resolv.conf");
+  }
   ASSIGN_OR_RETURN(MountPlan mounts, MountPlan::Build(mount_options));
   // A read-only path that does not exist yet cannot be covered by a mount, and under a writable
   // path the sandbox could create it (say .vscode/tasks.json, which an editor would later run on
@@ -172,7 +182,10 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   plan.last_cap = last_cap_;
   plan.argv_storage = request.argv;
   std::vector<std::pair<std::string, std::string>> env = DefaultSandboxEnv();
-  for (const auto& [name, value] : request.env) {
+  std::vector<std::pair<std::string, std::string>> request_env;
+  if (egress) request_env = egress->Env();
+  request_env.insert(request_env.end(), request.env.begin(), request.env.end());
+  for (const auto& [name, value] : request_env) {
     auto it = std::find_if(env.begin(), env.end(), [&](const auto& e) { return e.first == name; });
     if (it != env.end()) {
       it->second = value;
@@ -199,6 +212,7 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
     return cgroup.get();
   };
   spawn.pipe_stdin = request.stdin_fd >= 0;
+  if (egress) spawn.before_start = [&](int pidfd) { return egress->Attach(pidfd); };
   ASSIGN_OR_RETURN(SandboxProcess proc, SpawnSandbox(plan, spawn));
 
   SuperviseOptions watch;
@@ -213,6 +227,12 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   watch.cancel_fd = request.cancel_fd;
   watch.arch = seccomp->arch();
   absl::StatusOr<RunResult> result = Supervise(proc, *cgroup, watch);
+  if (egress) {
+    std::vector<Violation> denials = egress->Finish();
+    if (result.ok()) {
+      result->violations.insert(result->violations.end(), denials.begin(), denials.end());
+    }
+  }
   for (const std::string& path : absent_protected) {
     std::optional<Violation> v = RemoveCreatedProtectedPath(path);
     if (v && result.ok()) result->violations.push_back(*std::move(v));

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/cgroup_prewarm.h"
+#include "sandbox/egress/sandbox_egress.h"
 #include "sandbox/mounts.h"
 #include "sandbox/policy.h"
 #include "sandbox/result.h"
@@ -35,6 +36,8 @@ struct RunRequest {
   int stdin_fd = -1;         // copied into the command's stdin; -1: /dev/null
   bool trace = false;        // print the setup timeline to stderr
   int cancel_fd = -1;        // readable = kill the sandbox and return
+  // Network through the egress proxy (its sandbox_id is filled in by Run); none when unset.
+  std::optional<egress::EgressOptions> egress;
 };
 
 // Not thread-safe: one Run() at a time per Runner.

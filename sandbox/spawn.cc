@@ -190,6 +190,10 @@ absl::StatusOr<SandboxProcess> SpawnSandbox(ContainPlan& plan, const SpawnOption
   }
   if (handshake.ok() && cgroup_fd < 0) handshake = cgroup->AddProcess(proc.pid);
   proc.timeline.emplace_back("in cgroup", absl::Now());
+  if (handshake.ok() && options.before_start) {
+    handshake = options.before_start(proc.pidfd.get());
+    proc.timeline.emplace_back("before-start hook", absl::Now());
+  }
   if (handshake.ok()) handshake = SendByte(proc.sync.get(), kSyncInCgroup);
   if (!handshake.ok()) {
     // If the child gave up first, its report names the real cause (our send just saw EPIPE).

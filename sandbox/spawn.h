@@ -34,6 +34,9 @@ struct SandboxProcess {
 
 struct SpawnOptions {
   bool pipe_stdin = false;  // else the command's stdin is /dev/null
+  // Called once the sandbox is in its cgroup and before its command may start, e.g. to bind the
+  // egress listeners in its network namespace. An error aborts the start.
+  std::function<absl::Status(int pidfd)> before_start;
   // The sandbox's cgroup, with its limits. Either made before (needed for cgroup v2's
   // clone3(CLONE_INTO_CGROUP)), or made by `make_cgroup` after clone3 while the child builds its
   // mounts (cgroup v1: creating and moving into it then overlap the child's work). One is required.

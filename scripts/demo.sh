@@ -18,3 +18,26 @@ show "$moat" run --json --memory 64M -- python3 -c 'x = bytearray(512 << 20)'
 echo
 echo "== --json: one result object, output cleaned for a model to read"
 show "$moat" run --json -- sh -c 'printf "\033[31mred\033[0m key=sk-abcdefghijklmnopqrstuvwxyz012345\n"'
+echo
+echo "== egress: allowed domains go through moat's proxy; everything else is refused and audited"
+# A server on the host's loopback stands in for the internet; nothing leaves this machine.
+tmp=$(mktemp -d /var/tmp/moat-demo.XXXXXX)
+python3 -m http.server --bind 127.0.0.1 --directory "$tmp" 0 >"$tmp/server.log" 2>&1 &
+server=$!
+trap 'kill "$server" 2>/dev/null; rm -rf "$tmp"' EXIT
+port=
+for _ in $(seq 50); do
+  port=$(sed -n 's/.*port \([0-9]*\).*/\1/p' "$tmp/server.log" | head -1)
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+echo "hello from the loopback server" >"$tmp/index.html"
+cat >"$tmp/policy.yaml" <<POLICY
+network:
+  allowedDomains: ["127.0.0.1:$port"]
+  allowedCidrs: ["127.0.0.1/32"]
+POLICY
+show "$moat" run --policy "$tmp/policy.yaml" --audit-log "$tmp/audit.jsonl" -- sh -c \
+  "curl -sS --proxy \$HTTP_PROXY http://127.0.0.1:$port/; curl -sS -o /dev/null -w 'example.com: %{http_code}\n' http://example.com/"
+echo "audit log:"
+cat "$tmp/audit.jsonl"

@@ -97,10 +97,14 @@ TEST_F(FailClosedTest, BadPolicyFiles) {
   ExpectRefused({"--policy", Policy("broken.yaml", "filesystem: [unclosed\n")}, "broken.yaml");
   ExpectRefused({"--policy", Policy("json.json", "{\"limits\": {\"memory\": \"lots\"}}")},
                 "memory");
-  // Egress is not built yet: a policy that allows a domain must not silently run without it (or,
-  // worse, with the network open).
-  ExpectRefused({"--policy", Policy("domain.yaml", "network:\n  allowedDomains: [example.com]\n")},
+  // Egress that cannot be set up: the command must not run, with or without network.
+  ExpectRefused({"--audit-log", dir().Path("no-such-dir/audit.jsonl"), "--policy",
+                 Policy("domain.yaml", "network:\n  allowedDomains: [example.com]\n")},
+                "audit log");
+  ExpectRefused({"--policy", Policy("star.yaml", "network:\n  allowedDomains: ['*']\n")},
                 "allowedDomains");
+  ExpectRefused({"--policy", Policy("cidr.yaml", "network:\n  allowedCidrs: [10.0.0.1/8]\n")},
+                "allowedCidrs");
   // sandbox-runtime settings that would widen the sandbox.
   ExpectRefused({"--policy",
                  Policy("sockets.yaml", "network:\n  allowUnixSockets: [/var/run/docker.sock]\n")},

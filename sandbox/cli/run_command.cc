@@ -46,12 +46,9 @@ absl::StatusOr<sandbox::RunRequest> BuildRequest(const RunFlags& flags) {
   sources.explicit_file = flags.policy_file;
   sources.flags = flags.layer;
   ASSIGN_OR_RETURN(sandbox::Policy policy, sandbox::ResolvePolicy(sources));
-  if (!policy.allowed_domains.empty()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "network.allowedDomains (", policy.allowed_domains.front(),
-        ", ...): egress through the allowlisting proxy is not available in this build, and moat "
-        "never opens the network without it. Remove the allowed domains; the sandbox has no "
-        "network."));
+  std::optional<std::string> audit_log;
+  if (flags.audit_log) {
+    ASSIGN_OR_RETURN(audit_log, sandbox::ResolvePolicyPath(*flags.audit_log, sources.paths));
   }
   sandbox::HostContext host = sandbox::CurrentHostContext();
   host.home = sources.paths.home;
@@ -61,11 +58,26 @@ absl::StatusOr<sandbox::RunRequest> BuildRequest(const RunFlags& flags) {
     ASSIGN_OR_RETURN(workspace, sandbox::ResolvePolicyPath(*flags.workspace, sources.paths));
   }
   ASSIGN_OR_RETURN(sandbox::MountOptions mounts, sandbox::MountOptionsFor(policy, host, workspace));
+  // The audit log is the supervisor's record of what the sandbox did: it must not read it.
+  mounts.hidden_paths.push_back(egress::kStateDir);
+  if (audit_log) mounts.hidden_paths.push_back(*audit_log);
 
   sandbox::RunRequest request;
   request.argv = flags.command;
   request.env = policy.env;
   request.limits = policy.limits;
+  if (!policy.allowed_domains.empty()) {
+    // No allowed domain, no network: the sandbox keeps only its loopback and no proxy runs.
+    egress::EgressOptions& e = request.egress.emplace();
+    e.allowed_domains = policy.allowed_domains;
+    e.denied_domains = policy.denied_domains;
+    e.allowed_cidrs = policy.allowed_cidrs;
+    e.dns_servers = policy.dns_servers;
+    e.max_request_body_bytes = policy.egress.max_request_body_bytes;
+    e.requests_per_minute = policy.egress.requests_per_minute;
+    e.transparent = policy.transparent;
+    if (audit_log) e.audit_log = *audit_log;
+  }
   request.mounts = std::move(mounts);
   request.capture = flags.json;
   const char* trace = std::getenv("MOAT_TRACE");

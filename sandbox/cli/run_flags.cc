@@ -11,8 +11,9 @@ const char kRunUsage[] = R"(usage: moat run [OPTIONS] -- COMMAND [ARG...]
 
 Runs COMMAND in a fresh sandbox: its own user, pid, mount, network, uts, ipc and cgroup
 namespaces; a read-only view of the host with credentials, homes and host sockets hidden; private
-/tmp and /workspace (the working directory); no network; no capabilities; a seccomp filter; and
-limits on memory, processes, CPU and time.
+/tmp and /workspace (the working directory); no network unless the policy allows domains, and
+then only through moat's allowlisting proxy; no capabilities; a seccomp filter; and limits on
+memory, processes, CPU and time.
 
 Options:
   --policy FILE        policy file (YAML or JSON), on top of ~/.config/moat/policy.yaml and the
@@ -26,6 +27,8 @@ Options:
   --workspace DIR      bind this host directory read-write at /workspace instead of a tmpfs
   --env NAME=VALUE     set a variable inside (repeatable)
   --json               print one JSON result object instead of the command's output
+  --audit-log FILE     where egress requests are logged, one JSON line each
+                       (default /var/lib/moat/egress-audit.jsonl; hidden from the sandbox)
   -h, --help           show this help
 
 Exit status without --json: the command's; 128+N if killed by signal N; 124 on a wall or CPU
@@ -67,9 +70,9 @@ absl::StatusOr<RunFlags> ParseRunFlags(const std::vector<std::string>& args) {
       name = arg.substr(0, eq);
       value = arg.substr(eq + 1);
     }
-    static const char* const kValued[] = {"--policy",     "--memory",      "--pids",
-                                          "--cpus",       "--cpu-timeout", "--wall-timeout",
-                                          "--tmpfs-size", "--workspace",   "--env"};
+    static const char* const kValued[] = {
+        "--policy",       "--memory",     "--pids",      "--cpus", "--cpu-timeout",
+        "--wall-timeout", "--tmpfs-size", "--workspace", "--env",  "--audit-log"};
     bool known = false;
     for (const char* k : kValued) known = known || name == k;
     if (!known) {
@@ -86,6 +89,9 @@ absl::StatusOr<RunFlags> ParseRunFlags(const std::vector<std::string>& args) {
     if (name == "--policy") {
       if (value->empty()) return absl::InvalidArgumentError("--policy needs a file name");
       flags.policy_file = *value;
+    } else if (name == "--audit-log") {
+      if (value->empty()) return absl::InvalidArgumentError("--audit-log needs a file name");
+      flags.audit_log = *value;
     } else if (name == "--workspace") {
       if (value->empty()) return absl::InvalidArgumentError("--workspace needs a directory");
       flags.workspace = *value;

@@ -13,6 +13,7 @@ namespace moat::cli {
 struct RunFlags {
   std::optional<std::string> policy_file;
   std::optional<std::string> workspace;
+  std::optional<std::string> audit_log;  // --audit-log; default egress::kDefaultAuditLog
   bool json = false;
   bool help = false;
   sandbox::PolicyLayer layer;  // --memory, --pids, --cpus, timeouts, --tmpfs-size, --env

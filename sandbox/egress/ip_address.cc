@@ -292,13 +292,14 @@ absl::Status AddressPolicy::Check(const IpAddress& address) const {
   IpAddress unmapped = address.Unmapped();
   std::string shown = address.ToString();
   if (unmapped != address) absl::StrAppend(&shown, " (", unmapped.ToString(), ")");
+  // The address's class first: "loopback" says more than "one of this host's".
+  if (std::optional<std::string> reason = SpecialPurpose(address); reason.has_value()) {
+    return absl::PermissionDeniedError(absl::StrCat("address ", shown, " is ", *reason));
+  }
   for (const IpAddress& own : host_addresses_) {
     if (own.Unmapped() == unmapped) {
       return absl::PermissionDeniedError(absl::StrCat("address ", shown, " is one of this host's"));
     }
-  }
-  if (std::optional<std::string> reason = SpecialPurpose(address); reason.has_value()) {
-    return absl::PermissionDeniedError(absl::StrCat("address ", shown, " is ", *reason));
   }
   return absl::OkStatus();
 }

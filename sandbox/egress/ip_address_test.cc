@@ -288,7 +288,9 @@ TEST(AddressPolicyTest, HostAddressesAreDenied) {
             "address 93.184.216.34 is one of this host's");
   EXPECT_EQ(policy.Check(Ip("::ffff:93.184.216.34")).message(),
             "address ::ffff:93.184.216.34 (93.184.216.34) is one of this host's");
-  EXPECT_EQ(policy.Check(Ip("192.168.1.4")).message(), "address 192.168.1.4 is one of this host's");
+  // A host address in a special range is refused for its class, which says more.
+  EXPECT_EQ(policy.Check(Ip("192.168.1.4")).message(),
+            "address 192.168.1.4 is private (192.168.0.0/16)");
   EXPECT_EQ(policy.Check(Ip("2606:4700::1")).code(), absl::StatusCode::kPermissionDenied);
   EXPECT_TRUE(policy.Check(Ip("93.184.216.35")).ok());
   EXPECT_TRUE(policy.Check(Ip("2606:4700::2")).ok());
@@ -296,7 +298,7 @@ TEST(AddressPolicyTest, HostAddressesAreDenied) {
 
 TEST(AddressPolicyTest, AllowedCidrsOverrideEverything) {
   AddressPolicy policy({Range("127.0.0.0/8"), Range("10.1.0.0/16"), Range("fd00::/8")},
-                       {Ip("10.1.2.3"), Ip("198.51.100.1")});
+                       {Ip("10.1.2.3"), Ip("93.184.216.40")});
   EXPECT_TRUE(policy.Check(Ip("127.0.0.1")).ok());
   EXPECT_TRUE(policy.Check(Ip("::ffff:127.0.0.1")).ok());
   EXPECT_TRUE(policy.Check(Ip("10.1.200.1")).ok());
@@ -304,8 +306,8 @@ TEST(AddressPolicyTest, AllowedCidrsOverrideEverything) {
   EXPECT_TRUE(policy.Check(Ip("fd00:ec2::254")).ok());
   // Outside the listed ranges the usual checks still apply.
   EXPECT_EQ(policy.Check(Ip("10.2.0.1")).message(), "address 10.2.0.1 is private (10.0.0.0/8)");
-  EXPECT_EQ(policy.Check(Ip("198.51.100.1")).message(),
-            "address 198.51.100.1 is one of this host's");
+  EXPECT_EQ(policy.Check(Ip("93.184.216.40")).message(),
+            "address 93.184.216.40 is one of this host's");
   EXPECT_EQ(policy.Check(Ip("::1")).message(), "address ::1 is loopback");
   EXPECT_EQ(policy.Check(Ip("169.254.169.254")).message(),
             "address 169.254.169.254 is cloud metadata");

@@ -1,0 +1,31 @@
+// Sockets that live in a sandbox's network namespace but belong to the supervisor. A socket stays
+// in the namespace it was created in, whoever holds it later: a thread joins the sandbox's
+// namespace just long enough to create and bind it, and the supervisor then serves the sandbox's
+// own loopback from outside, with no bridge process and nothing of ours inside.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "sandbox/egress/ip_address.h"
+#include "sandbox/util/unique_fd.h"
+
+namespace moat::egress {
+
+// Runs `fn` on a short-lived thread that has joined the network namespace of the process behind
+// `pidfd` (setns; needs CAP_SYS_ADMIN over that namespace's user namespace, which the root that
+// created the sandbox has). The calling thread's namespace never changes.
+absl::Status InNetworkNamespace(int pidfd, absl::FunctionRef<absl::Status()> fn);
+
+// In the calling thread's namespace: sets `lo` up (idempotent; the sandbox's init does the same),
+// since addresses on lo exist only once it is up.
+absl::Status BringUpLoopback();
+
+// A TCP socket bound to address:port and listening; CLOEXEC and non-blocking.
+absl::StatusOr<UniqueFd> ListenTcp(const IpAddress& address, uint16_t port);
+// A UDP socket bound to address:port; CLOEXEC and non-blocking.
+absl::StatusOr<UniqueFd> BindUdp(const IpAddress& address, uint16_t port);
+
+}  // namespace moat::egress

@@ -1,0 +1,307 @@
+#include "sandbox/egress/sandbox_egress.h"
+
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "sandbox/egress/netns_sockets.h"
+#include "sandbox/egress/target.h"
+#include "sandbox/util/errno_status.h"
+#include "sandbox/util/status_macros.h"
+
+namespace moat::egress {
+namespace {
+
+// Transparent mode hands out 127.77.0.1, 127.77.0.2, ...: inside the sandbox every 127/8 address
+// is local, so a listener can be bound on each without configuring anything.
+constexpr uint32_t kTransparentBase = (127u << 24) | (77u << 16);
+constexpr uint32_t kTransparentMax = 0xfffe;
+
+absl::Status MakeStateDir() {
+  if (::mkdir(kStateDir, 0700) != 0 && errno != EEXIST) {
+    return ErrnoStatus(absl::StrCat("egress: create \"", kStateDir, "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view content) {
+  const std::string tmp = absl::StrCat(path, ".", ::getpid(), ".tmp");
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!fd) return ErrnoStatus(absl::StrCat("egress: create \"", tmp, "\""));
+  if (::write(fd.get(), content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
+    ::unlink(tmp.c_str());
+    return ErrnoStatus(absl::StrCat("egress: write \"", tmp, "\""));
+  }
+  fd.reset();
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return ErrnoStatus(absl::StrCat("egress: rename \"", tmp, "\""));
+  }
+  return absl::OkStatus();
+}
+
+std::string Describe(const AuditRecord& r) {
+  std::string target = r.port != 0 ? absl::StrCat(r.host, ":", r.port) : r.host;
+  return absl::StrCat(r.method, " ", target, " (", r.protocol, ") denied: ", r.reason);
+}
+
+}  // namespace
+
+// Writes every record to the audit log and keeps the denials for the run's violations.
+class EgressSession::Recorder : public AuditSink {
+ public:
+  Recorder(std::unique_ptr<AuditLog> log, size_t max_violations)
+      : log_(std::move(log)), max_violations_(max_violations) {}
+
+  void Record(const AuditRecord& record) override {
+    log_->Record(record);
+    if (record.allowed) return;
+    absl::MutexLock lock(&mu_);
+    if (violations_.size() < max_violations_) {
+      violations_.push_back({"network", Describe(record)});
+    } else {
+      ++dropped_;
+    }
+  }
+
+  std::vector<sandbox::Violation> Take() {
+    absl::MutexLock lock(&mu_);
+    std::vector<sandbox::Violation> out = std::move(violations_);
+    if (dropped_ > 0) {
+      out.push_back(
+          {"network", absl::StrCat(dropped_, " more network denials (see the audit log)")});
+    }
+    violations_.clear();
+    dropped_ = 0;
+    return out;
+  }
+
+ private:
+  std::unique_ptr<AuditLog> log_;
+  const size_t max_violations_;
+  absl::Mutex mu_;
+  std::vector<sandbox::Violation> violations_ ABSL_GUARDED_BY(mu_);
+  size_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+absl::StatusOr<std::unique_ptr<EgressSession>> EgressSession::Create(const EgressOptions& options) {
+  std::unique_ptr<EgressSession> s(new EgressSession(options));
+  ASSIGN_OR_RETURN(EgressRules rules,
+                   EgressRules::Create(options.allowed_domains, options.denied_domains));
+  s->rules_ = std::make_unique<EgressRules>(std::move(rules));
+
+  std::vector<Cidr> cidrs;
+  for (const std::string& text : options.allowed_cidrs) {
+    ASSIGN_OR_RETURN(Cidr cidr, Cidr::Parse(text));
+    cidrs.push_back(cidr);
+  }
+  absl::StatusOr<std::vector<IpAddress>> host_addresses = HostAddresses();
+  if (!host_addresses.ok()) {
+    return absl::Status(
+        host_addresses.status().code(),
+        absl::StrCat("egress: list this host's addresses: ", host_addresses.status().message()));
+  }
+  s->addresses_ = std::make_unique<AddressPolicy>(std::move(cidrs), *std::move(host_addresses));
+
+  std::vector<DnsServer> servers;
+  if (options.dns_servers.empty()) {
+    absl::StatusOr<std::vector<DnsServer>> host = HostDnsServers();
+    if (!host.ok()) {
+      return absl::Status(host.status().code(),
+                          absl::StrCat("egress: ", host.status().message(),
+                                       " (or set network.dnsServers in the policy)"));
+    }
+    servers = *std::move(host);
+  } else {
+    for (const std::string& text : options.dns_servers) {
+      ASSIGN_OR_RETURN(DnsServer server, ParseDnsServer(text));
+      servers.push_back(server);
+    }
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<DnsResolver> resolver, DnsResolver::Create(std::move(servers)));
+  s->resolver_ = std::move(resolver);
+
+  if (options.audit_log == kDefaultAuditLog) RETURN_IF_ERROR(MakeStateDir());
+  absl::StatusOr<std::unique_ptr<AuditLog>> log = AuditLog::Open(options.audit_log);
+  if (!log.ok()) {
+    return absl::Status(log.status().code(),
+                        absl::StrCat("egress: open the audit log: ", log.status().message()));
+  }
+  s->recorder_ = std::make_unique<Recorder>(*std::move(log), options.max_violations);
+
+  ProxyConfig config;
+  config.sandbox_id = options.sandbox_id;
+  config.max_request_body_bytes = options.max_request_body_bytes;
+  config.requests_per_minute = static_cast<uint32_t>(options.requests_per_minute);
+  s->proxy_ = std::make_unique<EgressProxy>(config, *s->rules_, *s->addresses_, s->resolver_.get(),
+                                            s->recorder_.get());
+  s->stop_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!s->stop_) return ErrnoStatus("egress: create an eventfd");
+  return s;
+}
+
+EgressSession::EgressSession(const EgressOptions& options) : options_(options) {}
+
+EgressSession::~EgressSession() { Finish(); }
+
+std::vector<std::pair<std::string, std::string>> EgressSession::Env() const {
+  const std::string http = absl::StrCat("http://127.0.0.1:", kHttpProxyPort);
+  // socks5h: the proxy resolves names, so clients never need an answer for a name they may not
+  // reach.
+  const std::string socks = absl::StrCat("socks5h://127.0.0.1:", kSocksPort);
+  const std::string no_proxy = "localhost,127.0.0.1,::1";
+  return {{"HTTP_PROXY", http},   {"http_proxy", http},  {"HTTPS_PROXY", http},
+          {"https_proxy", http},  {"ALL_PROXY", socks},  {"all_proxy", socks},
+          {"NO_PROXY", no_proxy}, {"no_proxy", no_proxy}};
+}
+
+absl::StatusOr<std::string> EgressSession::ResolvConf() {
+  constexpr char kDir[] = "/run/moat";
+  const std::string path = absl::StrCat(kDir, "/resolv.conf");
+  constexpr absl::string_view kContent =
+      "# Written by moat: the sandbox's DNS stub, run by its supervisor.\n"
+      "nameserver 127.0.0.1\n";
+  if (::mkdir(kDir, 0755) != 0 && errno != EEXIST) {
+    return ErrnoStatus(absl::StrCat("egress: create \"", kDir, "\""));
+  }
+  char buf[256];
+  UniqueFd existing(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (existing) {
+    ssize_t n = ::read(existing.get(), buf, sizeof(buf));
+    if (n == static_cast<ssize_t>(kContent.size()) && absl::string_view(buf, n) == kContent) {
+      return path;
+    }
+  }
+  RETURN_IF_ERROR(WriteFileAtomically(path, kContent));
+  return path;
+}
+
+absl::Status EgressSession::Attach(int pidfd) {
+  pidfd_ = pidfd;
+  const IpAddress localhost = IpAddress::V4(0x7f000001);
+  UniqueFd http, socks, dns_udp, dns_tcp;
+  RETURN_IF_ERROR(InNetworkNamespace(pidfd, [&]() -> absl::Status {
+    RETURN_IF_ERROR(BringUpLoopback());
+    ASSIGN_OR_RETURN(http, ListenTcp(localhost, kHttpProxyPort));
+    ASSIGN_OR_RETURN(socks, ListenTcp(localhost, kSocksPort));
+    ASSIGN_OR_RETURN(dns_udp, BindUdp(localhost, kDnsPort));
+    ASSIGN_OR_RETURN(dns_tcp, ListenTcp(localhost, kDnsPort));
+    return absl::OkStatus();
+  }));
+  proxy_->AddHttpListener(std::move(http));
+  proxy_->AddSocksListener(std::move(socks));
+  RETURN_IF_ERROR(proxy_->Start());
+  auto stub = std::make_shared<DnsStub>(std::move(dns_udp), std::move(dns_tcp),
+                                        [this](const DnsQuestion& q) { return Answer(q); });
+  dns_thread_ = std::thread([stub, stop = stop_.get()] { stub->Serve(stop); });
+  return absl::OkStatus();
+}
+
+StubAnswer EgressSession::Answer(const DnsQuestion& question) {
+  AuditRecord record;
+  record.time = absl::Now();
+  record.sandbox = options_.sandbox_id;
+  record.protocol = "dns";
+  record.method = question.type == kDnsTypeA      ? "A"
+                  : question.type == kDnsTypeAaaa ? "AAAA"
+                                                  : absl::StrCat("TYPE", question.type);
+  StubAnswer answer;
+  auto deny = [&](std::string reason) {
+    record.allowed = false;
+    record.reason = std::move(reason);
+    recorder_->Record(record);
+    answer.rcode = kDnsNxDomain;
+    return answer;
+  };
+  absl::StatusOr<CanonicalHost> host = CanonicalizeHost(question.name);
+  if (!host.ok()) {
+    record.host = absl::CHexEscape(question.name);
+    return deny(std::string(host.status().message()));
+  }
+  record.host = host->text;
+  Decision decision = rules_->DecideName(*host);
+  if (!decision.allowed) return deny(decision.reason);
+  record.allowed = true;
+  record.reason = decision.reason;
+  if (question.type != kDnsTypeA && question.type != kDnsTypeAaaa) {
+    recorder_->Record(record);
+    return answer;  // NOERROR, no data: only addresses are ever answered
+  }
+  if (options_.transparent) {
+    if (question.type == kDnsTypeA) {
+      absl::StatusOr<IpAddress> local = TransparentAddress(*host);
+      if (!local.ok()) {
+        record.allowed = false;
+        record.reason = std::string(local.status().message());
+        recorder_->Record(record);
+        answer.rcode = kDnsServFail;
+        return answer;
+      }
+      record.address = local->ToString();
+      answer.addresses.push_back(*local);
+    }
+    recorder_->Record(record);
+    return answer;
+  }
+  absl::StatusOr<std::vector<IpAddress>> resolved =
+      host->literal ? absl::StatusOr<std::vector<IpAddress>>(std::vector{*host->literal})
+                    : resolver_->Resolve(host->text);
+  if (!resolved.ok()) {
+    record.reason = std::string(resolved.status().message());
+    recorder_->Record(record);
+    answer.rcode = absl::IsNotFound(resolved.status()) ? kDnsNxDomain : kDnsServFail;
+    return answer;
+  }
+  // Only addresses the proxy would dial: the answer never tells the sandbox about internal ones.
+  for (const IpAddress& address : *resolved) {
+    if (addresses_->Check(address).ok()) answer.addresses.push_back(address);
+  }
+  if (!answer.addresses.empty()) record.address = answer.addresses.front().ToString();
+  recorder_->Record(record);
+  return answer;
+}
+
+absl::StatusOr<IpAddress> EgressSession::TransparentAddress(const CanonicalHost& host) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = transparent_.find(host.text); it != transparent_.end()) return it->second;
+  if (next_transparent_ > kTransparentMax) {
+    return absl::ResourceExhaustedError("egress: too many names for transparent mode");
+  }
+  const IpAddress local = IpAddress::V4(kTransparentBase + next_transparent_);
+  bool any_port = false;
+  std::vector<uint16_t> ports = rules_->AllowedPorts(host, &any_port);
+  if (any_port) ports = {80, 443};
+  std::vector<UniqueFd> listeners;
+  RETURN_IF_ERROR(InNetworkNamespace(pidfd_, [&]() -> absl::Status {
+    for (uint16_t port : ports) {
+      ASSIGN_OR_RETURN(UniqueFd fd, ListenTcp(local, port));
+      listeners.push_back(std::move(fd));
+    }
+    return absl::OkStatus();
+  }));
+  for (UniqueFd& fd : listeners) proxy_->AddTransparentListener(std::move(fd), host.text);
+  ++next_transparent_;
+  transparent_.emplace(host.text, local);
+  return local;
+}
+
+std::vector<sandbox::Violation> EgressSession::Finish() {
+  if (finished_) return {};
+  finished_ = true;
+  if (stop_) {
+    uint64_t one = 1;
+    (void)!::write(stop_.get(), &one, sizeof(one));
+  }
+  if (dns_thread_.joinable()) dns_thread_.join();
+  if (proxy_) proxy_->Stop();
+  return recorder_ ? recorder_->Take() : std::vector<sandbox::Violation>{};
+}
+
+}  // namespace moat::egress

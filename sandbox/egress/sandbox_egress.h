@@ -1,0 +1,97 @@
+// One sandbox's egress, from policy to teardown: the proxy (HTTP CONNECT and forwarding, SOCKS5,
+// transparent), the DNS stub, the audit log, and the denials that become the run's violations.
+//
+//   Create()   before clone: rules, resolvers, address checks, audit log; any error here means
+//              the command never runs (fail closed)
+//   Env(), ResolvConf()   what the command sees: proxy variables, a resolv.conf naming the stub
+//   Attach()   after clone, before the command starts: binds the listeners on the sandbox's own
+//              127.0.0.1 (ports below) from outside its namespace and starts serving
+//   Finish()   stops everything and returns the denials
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "sandbox/egress/audit.h"
+#include "sandbox/egress/dns_stub.h"
+#include "sandbox/egress/ip_address.h"
+#include "sandbox/egress/proxy.h"
+#include "sandbox/egress/resolver.h"
+#include "sandbox/egress/rules.h"
+#include "sandbox/result.h"
+#include "sandbox/util/unique_fd.h"
+
+namespace moat::egress {
+
+inline constexpr uint16_t kHttpProxyPort = 3128;
+inline constexpr uint16_t kSocksPort = 1080;
+inline constexpr uint16_t kDnsPort = 53;
+// Where the audit log goes unless the caller says otherwise. /var/lib/moat is root-only (0700)
+// and hidden from every sandbox.
+inline constexpr char kStateDir[] = "/var/lib/moat";
+inline constexpr char kDefaultAuditLog[] = "/var/lib/moat/egress-audit.jsonl";
+
+struct EgressOptions {
+  std::string sandbox_id;
+  std::vector<std::string> allowed_domains, denied_domains;  // DomainPattern texts
+  std::vector<std::string> allowed_cidrs;                    // Cidr texts
+  std::vector<std::string> dns_servers;                      // empty: the host's resolv.conf
+  uint64_t max_request_body_bytes = 16ull << 20;
+  uint64_t requests_per_minute = 600;
+  bool transparent = false;
+  std::string audit_log = kDefaultAuditLog;
+  size_t max_violations = 64;
+};
+
+class EgressSession {
+ public:
+  static absl::StatusOr<std::unique_ptr<EgressSession>> Create(const EgressOptions& options);
+  ~EgressSession();  // Finish()
+
+  // HTTP_PROXY, HTTPS_PROXY, ALL_PROXY (and lower case) pointing at the proxy; NO_PROXY for
+  // localhost.
+  std::vector<std::pair<std::string, std::string>> Env() const;
+
+  // A host file that says "nameserver 127.0.0.1", for /etc/resolv.conf inside (under /run, which
+  // sandboxes never see). Written once, atomically.
+  static absl::StatusOr<std::string> ResolvConf();
+
+  // Binds the listeners inside the namespace of `pidfd` and starts the proxy and the DNS stub.
+  absl::Status Attach(int pidfd);
+
+  // Stops serving (closing every connection) and returns the denials as `network` violations,
+  // at most max_violations of them. Idempotent.
+  std::vector<sandbox::Violation> Finish();
+
+ private:
+  class Recorder;
+  explicit EgressSession(const EgressOptions& options);
+  StubAnswer Answer(const DnsQuestion& question);
+  // Transparent mode: the local address standing for `name`, with its listeners made on first use.
+  absl::StatusOr<IpAddress> TransparentAddress(const CanonicalHost& host);
+
+  EgressOptions options_;
+  std::unique_ptr<EgressRules> rules_;
+  std::unique_ptr<AddressPolicy> addresses_;
+  std::unique_ptr<Resolver> resolver_;
+  std::unique_ptr<Recorder> recorder_;
+  std::unique_ptr<EgressProxy> proxy_;
+  int pidfd_ = -1;
+  UniqueFd stop_;  // eventfd: readable = the DNS stub returns
+  std::thread dns_thread_;
+  bool finished_ = false;
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, IpAddress> transparent_ ABSL_GUARDED_BY(mu_);
+  uint32_t next_transparent_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace moat::egress
