@@ -38,6 +38,6 @@ network:
   allowedCidrs: ["127.0.0.1/32"]
 POLICY
 show "$moat" run --policy "$tmp/policy.yaml" --audit-log "$tmp/audit.jsonl" -- sh -c \
-  "curl -sS --proxy \$HTTP_PROXY http://127.0.0.1:$port/; curl -sS -o /dev/null -w 'example.com: %{http_code}\n' http://example.com/"
+  "curl -sS --noproxy '' http://127.0.0.1:$port/; curl -sS -o /dev/null -w 'example.com: %{http_code}\n' http://example.com/"
 echo "audit log:"
 cat "$tmp/audit.jsonl"
