@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -56,7 +57,7 @@ TEST(AuditRecordToJsonTest, HostileBytesStayInsideTheirString) {
 }
 
 TEST(AuditLogTest, AppendsWholeLinesToAPrivateFile) {
-  const std::string path = ::testing::TempDir() + "/audit_test.log";
+  const std::string path = absl::StrCat(::testing::TempDir(), "/audit_test.", ::getpid(), ".log");
   ::unlink(path.c_str());
   {
     absl::StatusOr<std::unique_ptr<AuditLog>> log = AuditLog::Open(path);
