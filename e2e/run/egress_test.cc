@@ -340,6 +340,44 @@ TEST_F(EgressTest, OversizedBodiesAndFloodsAreLimited) {
   EXPECT_THAT(Out(r), HasSubstr("status=200")) << Describe(r);
 }
 
+// Denied requests are not rate limited (they cost nothing upstream), but each is a line in a log
+// on the host's disk: a flood of them, or of DNS questions, must not fill it.
+TEST_F(EgressTest, FloodsOfDenialsCannotFillTheHostsDisk) {
+  const std::string policy = Policy("  allowedDomains: [allowed.test]\n  requestsPerMinute: 5\n");
+  const std::string script = R"(
+import socket, struct
+for i in range(1300):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(b"CONNECT denied.test:443 HTTP/1.1\r\n\r\n")
+    s.recv(100)
+    s.close()
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.settimeout(2)
+refused = 0
+for i in range(800):
+    q = struct.pack(">HHHHHH", i, 0x0100, 1, 0, 0, 0) + b"\x06denied\x04test\x00\x00\x01\x00\x01"
+    u.sendto(q, ("127.0.0.1", 53))
+    try:
+        refused += (u.recv(512)[3] & 0xf) == 5
+    except socket.timeout:
+        pass
+print("dns-refused", refused)
+)";
+  nlohmann::json r =
+      RunJson({"--policy", policy, "--audit-log", AuditLog()}, {"python3", "-c", script});
+  ASSERT_TRUE(r.is_object());
+  std::vector<nlohmann::json> records = AuditRecords();
+  // A minute's worth of lines (1000 here), plus what the bucket refills while the flood runs.
+  EXPECT_LE(records.size(), 1100u) << "the log grew with the flood";
+  EXPECT_GE(records.size(), 900u);
+  ASSERT_FALSE(records.empty());
+  EXPECT_EQ(records.back()["protocol"], "audit");
+  EXPECT_THAT(records.back()["reason"].get<std::string>(), HasSubstr("records not written"));
+  EXPECT_THAT(Out(r), Not(HasSubstr("dns-refused 0\n"))) << Describe(r);
+  EXPECT_TRUE(HasViolation(r, "network", "DNS questions refused")) << Describe(r);
+  EXPECT_LE(r["violations"].size(), 70u);
+}
+
 TEST_F(EgressTest, DnsStubAnswersOnlyAllowedNames) {
   const std::string policy = Policy("  allowedDomains: [allowed.test]\n");
   const int denied_before = world().DnsQueries("denied.test/A");

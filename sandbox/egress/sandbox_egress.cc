@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "sandbox/egress/netns_sockets.h"
+#include "sandbox/egress/rate_limiter.h"
 #include "sandbox/egress/target.h"
 #include "sandbox/util/errno_status.h"
 #include "sandbox/util/status_macros.h"
@@ -54,16 +56,25 @@ std::string Describe(const AuditRecord& r) {
 
 }  // namespace
 
-// Writes every record to the audit log and keeps the denials for the run's violations.
+// Writes the records to the audit log and keeps the denials for the run's violations. The log is on
+// the host's disk and sandboxed code decides how many requests it makes (denied ones are not rate
+// limited), so lines are limited too: past `lines_per_minute` they are counted, not written, and
+// one line at the end says how many were left out.
 class EgressSession::Recorder : public AuditSink {
  public:
-  Recorder(std::unique_ptr<AuditLog> log, size_t max_violations)
-      : log_(std::move(log)), max_violations_(max_violations) {}
+  Recorder(std::unique_ptr<AuditLog> log, size_t max_violations, uint32_t lines_per_minute,
+           std::string sandbox_id)
+      : log_(std::move(log)),
+        max_violations_(max_violations),
+        lines_(lines_per_minute),
+        sandbox_id_(std::move(sandbox_id)) {}
 
   void Record(const AuditRecord& record) override {
-    log_->Record(record);
-    if (record.allowed) return;
+    const bool written = lines_.TryAcquire();
+    if (written) log_->Record(record);
     absl::MutexLock lock(&mu_);
+    if (!written) ++unwritten_;
+    if (record.allowed) return;
     if (violations_.size() < max_violations_) {
       violations_.push_back({"network", Describe(record)});
     } else {
@@ -71,24 +82,47 @@ class EgressSession::Recorder : public AuditSink {
     }
   }
 
+  // Counts a DNS question refused for the rate (not written one by one).
+  void CountRefusedQuestion() {
+    absl::MutexLock lock(&mu_);
+    ++refused_questions_;
+  }
+
   std::vector<sandbox::Violation> Take() {
     absl::MutexLock lock(&mu_);
+    if (unwritten_ > 0 || refused_questions_ > 0) {
+      AuditRecord summary;
+      summary.time = absl::Now();
+      summary.sandbox = sandbox_id_;
+      summary.protocol = "audit";
+      summary.reason =
+          absl::StrCat(unwritten_, " records not written (more than ", lines_.per_minute(),
+                       " a minute); ", refused_questions_, " DNS questions refused for the rate");
+      log_->Record(summary);
+    }
     std::vector<sandbox::Violation> out = std::move(violations_);
     if (dropped_ > 0) {
-      out.push_back(
-          {"network", absl::StrCat(dropped_, " more network denials (see the audit log)")});
+      out.push_back({"network", absl::StrCat(dropped_, " more network denials")});
+    }
+    if (refused_questions_ > 0) {
+      out.push_back({"network", absl::StrCat(refused_questions_,
+                                             " DNS questions refused: over the rate limit")});
     }
     violations_.clear();
-    dropped_ = 0;
+    dropped_ = unwritten_ = refused_questions_ = 0;
     return out;
   }
 
  private:
   std::unique_ptr<AuditLog> log_;
   const size_t max_violations_;
+  RateLimiter lines_;
+  const std::string sandbox_id_;
   absl::Mutex mu_;
   std::vector<sandbox::Violation> violations_ ABSL_GUARDED_BY(mu_);
   size_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t unwritten_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t refused_questions_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 absl::StatusOr<std::unique_ptr<EgressSession>> EgressSession::Create(const EgressOptions& options) {
@@ -134,7 +168,14 @@ absl::StatusOr<std::unique_ptr<EgressSession>> EgressSession::Create(const Egres
     return absl::Status(log.status().code(),
                         absl::StrCat("egress: open the audit log: ", log.status().message()));
   }
-  s->recorder_ = std::make_unique<Recorder>(*std::move(log), options.max_violations);
+  // Generous next to the request rate: each request is a line, and most need a DNS question or
+  // two first.
+  const uint32_t rate =
+      static_cast<uint32_t>(std::min<uint64_t>(options.requests_per_minute, 1000000));
+  s->recorder_ =
+      std::make_unique<Recorder>(*std::move(log), options.max_violations,
+                                 std::max<uint32_t>(10 * rate, 1000), options.sandbox_id);
+  s->dns_limiter_ = std::make_unique<RateLimiter>(std::max<uint32_t>(4 * rate, 600));
 
   ProxyConfig config;
   config.sandbox_id = options.sandbox_id;
@@ -205,6 +246,11 @@ absl::Status EgressSession::Attach(int pidfd) {
 }
 
 StubAnswer EgressSession::Answer(const DnsQuestion& question) {
+  if (!dns_limiter_->TryAcquire()) {
+    // Every allowed question costs upstream queries and every question a log line: bounded.
+    recorder_->CountRefusedQuestion();
+    return StubAnswer{.rcode = kDnsRefused};
+  }
   AuditRecord record;
   record.time = absl::Now();
   record.sandbox = options_.sandbox_id;

@@ -24,6 +24,7 @@
 #include "sandbox/egress/dns_stub.h"
 #include "sandbox/egress/ip_address.h"
 #include "sandbox/egress/proxy.h"
+#include "sandbox/egress/rate_limiter.h"
 #include "sandbox/egress/resolver.h"
 #include "sandbox/egress/rules.h"
 #include "sandbox/result.h"
@@ -83,6 +84,7 @@ class EgressSession {
   std::unique_ptr<AddressPolicy> addresses_;
   std::unique_ptr<Resolver> resolver_;
   std::unique_ptr<Recorder> recorder_;
+  std::unique_ptr<RateLimiter> dns_limiter_;  // DNS questions per minute
   std::unique_ptr<EgressProxy> proxy_;
   int pidfd_ = -1;
   UniqueFd stop_;  // eventfd: readable = the DNS stub returns
