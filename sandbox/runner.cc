@@ -128,8 +128,10 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   CgroupLimits limits{request.limits.memory_bytes, request.limits.pids, request.limits.cpus};
   const std::string cgroup_name = absl::StrCat(::getpid(), "-", runs_++);
   std::unique_ptr<Cgroup> cgroup;
-  auto destroy = absl::MakeCleanup([&] {
-    if (cgroup) cgroup->Destroy().IgnoreError();
+  // On v1 the empty cgroup is kept for the next run (cgroup_spares.h): no rmdir here, no mkdir
+  // there.
+  auto recycle = absl::MakeCleanup([&] {
+    if (cgroup) cgroup->Recycle().IgnoreError();
   });
   std::unique_ptr<CgroupPrewarm> prewarm;
   if (layout_.kind == CgroupLayout::Kind::kV2) {

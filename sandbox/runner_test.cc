@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <thread>
@@ -97,6 +98,43 @@ TEST_F(RunnerTest, CpuTimeoutComesFromTheCgroup) {
   EXPECT_EQ(r->status, RunStatus::kCpuTimeout);
   EXPECT_GE(r->cpu_seconds, 0.3);
   EXPECT_LT(r->cpu_seconds, 2.0);
+}
+
+// Runs after one that hit every limit: with cgroup v1 they get its cgroup back (cgroup_spares.h),
+// and nothing of that run may show in theirs.
+TEST_F(RunnerTest, NothingOfARunThatHitTheLimitsShowsInTheNext) {
+  // Forks until the pids limit refuses one, then grows past the memory limit.
+  RunRequest bomb = Request({"/usr/bin/python3", "-c",
+                             "import os, signal\n"
+                             "try:\n"
+                             "  while True:\n"
+                             "    if os.fork() == 0: signal.pause()\n"
+                             "except OSError: pass\n"
+                             "b = bytearray(64 << 20)\n"
+                             "b[::4096] = b'x' * len(b[::4096])\n"});
+  bomb.limits.memory_bytes = 32 << 20;
+  bomb.limits.pids = 16;
+  bomb.limits.cpu_timeout = absl::Seconds(10);
+  absl::StatusOr<RunResult> first = runner_->Run(bomb);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->status, RunStatus::kOomKilled);
+  auto has = [](const RunResult& r, const std::string& kind) {
+    return std::any_of(r.violations.begin(), r.violations.end(),
+                       [&](const Violation& v) { return v.kind == kind; });
+  };
+  EXPECT_TRUE(has(*first, "memory"));
+  EXPECT_TRUE(has(*first, "pids"));
+  EXPECT_GE(first->peak_memory_bytes, 16u << 20);
+
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<RunResult> next = runner_->Run(Request({"/bin/true"}));
+    ASSERT_TRUE(next.ok()) << next.status();
+    EXPECT_EQ(next->status, RunStatus::kExited);
+    EXPECT_FALSE(has(*next, "memory")) << "an OOM kill of an earlier run";
+    EXPECT_FALSE(has(*next, "pids")) << "refused forks of an earlier run";
+    EXPECT_LT(next->peak_memory_bytes, 8u << 20) << "the earlier run's peak";
+    EXPECT_LT(next->cpu_seconds, first->cpu_seconds);
+  }
 }
 
 // Regression: with a second thread in the supervisor, the cloned child used to hang in glibc's
