@@ -114,9 +114,12 @@ class ChildMounter {
           return Fail("mount a fresh /proc", s.target);
         return true;
       case MountStep::Kind::kSysfs:
-        if (::mount("sysfs", s.target, "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                    nullptr) == 0)
+        if (s.fd >= 0) {
+          if (::move_mount(s.fd, "", AT_FDCWD, s.target, MOVE_MOUNT_F_EMPTY_PATH) == 0) return true;
+        } else if (::mount("sysfs", s.target, "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                           nullptr) == 0) {
           return true;
+        }
         // Some hosts refuse a new sysfs (it is not "fully visible" there). An empty read-only
         // directory is stricter, so it is a safe substitute.
         if (int err = CoverWithEmptyDir(AT_FDCWD, s.target); err != 0) {
@@ -448,6 +451,17 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
   }
   plan.Add({.kind = K::kPivot, .source = "/workspace", .target = kNewRoot});
   return plan;
+}
+
+bool MountPlan::UseDetachedSysfs(int fd) {
+  if (fd < 0 || inherited_fds_.size() >= kMaxTrees) return false;
+  for (MountStep& step : steps_) {
+    if (step.kind != MountStep::Kind::kSysfs) continue;
+    step.fd = fd;
+    inherited_fds_.push_back(fd);
+    return true;
+  }
+  return false;
 }
 
 bool MountPlan::Execute(int error_fd) const {

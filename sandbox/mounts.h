@@ -51,7 +51,8 @@ struct MountStep {
     kBind,            // bind `source` on `target` (recursive), `flags` = extra MS_ flags
     kSetReadOnly,     // mount_setattr(`target`, `flags` (AT_RECURSIVE or 0), `attrs`)
     kProc,            // mount proc on `target`
-    kSysfs,           // mount sysfs on `target`, read-only; an empty read-only tmpfs if refused
+    kSysfs,           // mount sysfs on `target` read-only, or attach the detached sysfs `fd`;
+                      // an empty read-only tmpfs if refused
     kDevpts,          // mount devpts (newinstance) on `target`
     kAttachInRoot,    // move_mount the detached tree `fd` (opened by the parent from host
                       // path `source`) onto `target` resolved inside the new root
@@ -81,12 +82,18 @@ class MountPlan {
   MountPlan(MountPlan&&) = default;
   MountPlan& operator=(MountPlan&&) = default;
 
+  // /sys becomes the detached sysfs mount `fd` (netns_prep.h) instead of one the child mounts.
+  // The plan records the descriptor (the caller keeps it open until the child has started).
+  // False, and no change, when the child could not inherit one more descriptor.
+  bool UseDetachedSysfs(int fd);
+
   // Child side, async-signal-safe: runs every step in order. On failure writes a ChildFailure to
   // `error_fd` and returns false.
   bool Execute(int error_fd) const;
 
   const std::vector<MountStep>& steps() const { return steps_; }
-  // Descriptors the child must keep open until Execute(): the detached host trees to attach.
+  // Descriptors the child must keep open until Execute(): the detached trees to attach. At most
+  // kMaxTrees.
   const std::vector<int>& inherited_fds() const { return inherited_fds_; }
 
  private:
