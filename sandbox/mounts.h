@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "sandbox/root_tree.h"
 #include "sandbox/util/unique_fd.h"
 
 namespace moat::sandbox {
@@ -38,6 +39,10 @@ struct MountOptions {
   std::vector<std::string> writable_paths;  // host paths bound read-write at the same path
   std::vector<std::string> readonly_paths;  // re-bound read-only (inside writable ones)
   std::vector<std::string> hidden_paths;    // covered: dirs by an empty tmpfs, files by /dev/null
+  // Build the root (host entries, /run, /dev, /tmp, /workspace) here as one detached tree for the
+  // child to attach (root_tree.h), when the kernel can and `sandbox_ids` is set; false: the child
+  // builds it step by step (what older kernels get).
+  bool prebuild_root = true;
 };
 
 // One prepared step. All strings are owned by the plan and never move after Build().
@@ -45,6 +50,7 @@ struct MountStep {
   enum class Kind {
     kMakePrivate,     // mount(NULL, "/", MS_REC|MS_PRIVATE)
     kTmpfs,           // mount tmpfs on `target` with `data`, `flags`
+    kAttachRoot,      // move_mount the root tree `fd` built by the supervisor onto `target`
     kMkdir,           // mkdir `target`
     kSymlink,         // symlink(`source`, `target`)
     kTouch,           // create empty file `target`
@@ -92,6 +98,8 @@ class MountPlan {
   bool Execute(int error_fd) const;
 
   const std::vector<MountStep>& steps() const { return steps_; }
+  // Whether the root was built here (kAttachRoot) rather than by the child's steps.
+  bool root_prebuilt() const { return root_prebuilt_; }
   // Descriptors the child must keep open until Execute(): the detached trees to attach. At most
   // kMaxTrees.
   const std::vector<int>& inherited_fds() const { return inherited_fds_; }
@@ -103,6 +111,10 @@ class MountPlan {
   absl::StatusOr<int> OpenTree(const std::string& path, absl::string_view what,
                                const MountOptions& options);
   void Add(MountStep step) { steps_.push_back(step); }
+  // The child-built root: tmpfs, host entries, own mount points, /run, read-only.
+  void AddRootSteps(const std::vector<HostEntry>& host_entries);
+  // The child-built /dev (devpts included), /tmp and, without --workspace, /workspace.
+  void AddDevAndTmpfsSteps(const MountOptions& options);
 
   std::deque<std::string> strings_;  // deque: references stay valid as it grows
   std::vector<MountStep> steps_;
@@ -112,6 +124,7 @@ class MountPlan {
   std::vector<UniqueFd> trees_;
   std::map<std::pair<uid_t, gid_t>, UniqueFd> mapping_namespaces_;  // by owner, for idmaps
   std::vector<int> inherited_fds_;
+  bool root_prebuilt_ = false;
 };
 
 }  // namespace moat::sandbox

@@ -34,7 +34,10 @@ absl::Status BringUpLoopbackHere() {
 absl::StatusOr<UniqueFd> DetachedSysfs() {
   UniqueFd context(::fsopen("sysfs", FSOPEN_CLOEXEC));
   if (!context) return ErrnoStatus("network: fsopen sysfs");
-  if (::fsconfig(context.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
+  // As mount(2) with MS_RDONLY would: a read-only superblock, named "sysfs" in mountinfo.
+  if (::fsconfig(context.get(), FSCONFIG_SET_STRING, "source", "sysfs", 0) != 0 ||
+      ::fsconfig(context.get(), FSCONFIG_SET_FLAG, "ro", nullptr, 0) != 0 ||
+      ::fsconfig(context.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
     return ErrnoStatus("network: create a sysfs for the sandbox");
   }
   UniqueFd mount(

@@ -12,6 +12,9 @@
 #include <cstdlib>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "sandbox/host_view.h"
 
 namespace moat::sandbox {
@@ -135,6 +138,40 @@ TEST_F(RunnerTest, NothingOfARunThatHitTheLimitsShowsInTheNext) {
     EXPECT_LT(next->peak_memory_bytes, 8u << 20) << "the earlier run's peak";
     EXPECT_LT(next->cpu_seconds, first->cpu_seconds);
   }
+}
+
+// The root the supervisor builds (root_tree.h) and the one the child builds on older kernels are
+// the same view: entries, owners, modes, what is writable, and the same mounts (in another order).
+TEST_F(RunnerTest, SupervisorBuiltAndChildBuiltRootsLookTheSame) {
+  const std::string script =
+      "ls -la / /dev /tmp /workspace /dev/shm /run | sed 's/ [A-Z][a-z][a-z] .[0-9] ..:.. / /'\n"
+      "stat -c '%n %U %G %a' / /tmp /workspace /dev /dev/shm /run /dev/pts /bin\n"
+      "for p in /tmp/a /workspace/a /dev/shm/a /usr/a /a /run/a /dev/a; do\n"
+      "  (echo x > $p) 2>/dev/null && echo \"$p writable\" || echo \"$p read-only\"\n"
+      "done\n"
+      "echo hi > /dev/null && head -c 4 /dev/zero | wc -c\n"
+      "sed -E 's/^[0-9]+ [0-9]+ [0-9]+:[0-9]+ //' /proc/self/mountinfo | sort\n";
+  std::string outputs[2];
+  for (bool prebuild : {true, false}) {
+    RunRequest req = Request({"/bin/sh", "-c", script});
+    req.mounts.prebuild_root = prebuild;
+    absl::StatusOr<RunResult> r = runner_->Run(req);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status, RunStatus::kExited) << r->stderr_text.text;
+    outputs[prebuild] = r->stdout_text.text;
+  }
+  EXPECT_THAT(outputs[true], HasSubstr("/tmp/a writable\n/workspace/a writable\n"
+                                       "/dev/shm/a writable\n/usr/a read-only\n/a read-only\n"
+                                       "/run/a read-only\n/dev/a read-only\n4\n"));
+  // /proc's link count is the number of processes, which other tests' leftovers can change.
+  auto without_proc = [](const std::string& s) {
+    std::string out;
+    for (absl::string_view line : absl::StrSplit(s, '\n')) {
+      if (!absl::EndsWith(line, " proc")) absl::StrAppend(&out, line, "\n");
+    }
+    return out;
+  };
+  EXPECT_EQ(without_proc(outputs[true]), without_proc(outputs[false]));
 }
 
 // Regression: with a second thread in the supervisor, the cloned child used to hang in glibc's
