@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -138,7 +139,15 @@ absl::StatusOr<MountOptions> MountOptionsFor(const Policy& policy, const HostCon
   }
   std::sort(hidden.begin(), hidden.end());
   hidden.erase(std::unique(hidden.begin(), hidden.end()), hidden.end());
-  options.hidden_paths = std::move(hidden);
+  // A path under another hidden one is out of reach once that one is covered (covering resolves
+  // inside the sandbox's root, so a symlink on the way leads into the covered tree too): covering
+  // it as well would only cost the child a mount step. Sorted, an ancestor comes first.
+  for (const std::string& path : hidden) {
+    if (std::none_of(options.hidden_paths.begin(), options.hidden_paths.end(),
+                     [&](const std::string& dir) { return IsPathUnder(path, dir); })) {
+      options.hidden_paths.push_back(path);
+    }
+  }
   return options;
 }
 

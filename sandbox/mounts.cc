@@ -39,6 +39,20 @@ constexpr std::array<const char*, 15> kMaskedProc = {
     "/proc/kmsg",          "/proc/timer_list", "/proc/sched_debug", "/proc/latency_stats",
     "/proc/sysrq-trigger", "/proc/kallsyms",   "/proc/config.gz"};
 
+// The masked /proc entries this kernel has. They are global (the same in every procfs
+// instance), so this /proc tells what the sandbox's will show; the child need not look for the
+// others. Unless this /proc is not a full procfs (none, or subset=pid, which hides meminfo
+// too): then all of them.
+std::vector<const char*> MaskedProcEntries() {
+  std::vector<const char*> present;
+  const bool have_proc = ::access("/proc/meminfo", F_OK) == 0;
+  for (const char* entry : kMaskedProc) {
+    struct stat st;
+    if (!have_proc || ::lstat(entry, &st) == 0 || errno != ENOENT) present.push_back(entry);
+  }
+  return present;
+}
+
 bool IsOwnTopLevel(const std::string& name) {
   return std::find_if(kOwnTopLevel.begin(), kOwnTopLevel.end(),
                       [&](const char* n) { return name == n; }) != kOwnTopLevel.end();
@@ -395,7 +409,7 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
   const char* proc_sys = in_new_root("/proc/sys");
   plan.Add({.kind = K::kBind, .source = proc_sys, .target = proc_sys});
   plan.Add({.kind = K::kSetReadOnly, .target = proc_sys, .flags = AT_RECURSIVE});
-  for (const char* masked : kMaskedProc) {
+  for (const char* masked : MaskedProcEntries()) {
     plan.Add({.kind = K::kHideInRoot, .target = masked, .optional = true});
   }
   plan.Add({.kind = K::kSysfs, .target = in_new_root("/sys")});

@@ -171,6 +171,21 @@ TEST(MountPlanTest, RootBuiltAheadLeavesTheChildTheRest) {
   EXPECT_GE(IndexOf(*child_built, K::kTmpfs, "/tmp/tmp"), 0);
 }
 
+// The /proc masks cover what this kernel has; the entries it lacks (config options) are not
+// looked for by the child.
+TEST(MountPlanTest, MasksTheProcEntriesThatExist) {
+  absl::StatusOr<MountPlan> plan = MountPlan::Build(MountOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const char* entry :
+       {"/proc/acpi", "/proc/asound", "/proc/bus", "/proc/fs", "/proc/irq", "/proc/scsi",
+        "/proc/kcore", "/proc/keys", "/proc/kmsg", "/proc/timer_list", "/proc/sched_debug",
+        "/proc/latency_stats", "/proc/sysrq-trigger", "/proc/kallsyms", "/proc/config.gz"}) {
+    const bool exists = ::access(entry, F_OK) == 0;
+    EXPECT_EQ(IndexOf(*plan, K::kHideInRoot, entry) >= 0, exists) << entry;
+  }
+  EXPECT_GE(IndexOf(*plan, K::kHideInRoot, "/proc/kmsg"), 0) << "there on every kernel";
+}
+
 TEST(MountPlanTest, StringsSurviveAMove) {
   absl::StatusOr<MountPlan> plan = MountPlan::Build(MountOptions{});
   ASSERT_TRUE(plan.ok());
