@@ -69,9 +69,10 @@ absl::StatusOr<PreparedNetwork> PrepareNetwork() {
   return prepared;
 }
 
-NetworkPreparation::NetworkPreparation(std::function<void()> then)
-    : thread_([this, then = std::move(then)] {
-        promise_.set_value(PrepareNetwork());
+NetworkPreparation::NetworkPreparation(std::function<absl::StatusOr<PreparedNetwork>()> prepare,
+                                       std::function<void()> then)
+    : thread_([this, prepare = std::move(prepare), then = std::move(then)] {
+        if (!claimed_.exchange(true)) promise_.set_value(prepare());
         if (then) then();
       }) {}
 
@@ -82,6 +83,10 @@ NetworkPreparation::~NetworkPreparation() {
 absl::StatusOr<PreparedNetwork> NetworkPreparation::Take() {
   if (!future_.valid()) {
     return absl::FailedPreconditionError("the prepared network was already taken");
+  }
+  if (!claimed_.exchange(true)) {
+    future_ = {};
+    return absl::UnavailableError("the network thread had not started; clone3 makes the namespace");
   }
   return future_.get();
 }

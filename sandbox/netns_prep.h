@@ -14,6 +14,7 @@
 // handed to the child as a detached, read-only mount (MountPlan::UseDetachedSysfs).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <future>
 #include <memory>
@@ -36,18 +37,29 @@ absl::StatusOr<PreparedNetwork> PrepareNetwork();
 // PrepareNetwork on a thread of its own, started at construction; then, on the same thread,
 // `then` (housekeeping that should not hold up the sandbox, and need not start a thread of its
 // own).
+//
+// On a busy machine a new thread can wait milliseconds for a CPU. Waiting for it would then
+// cost more than what it saves, so whoever comes first claims the work: if Take() finds the
+// thread has not begun, it returns Unavailable at once and the thread, when it runs, only does
+// `then` (the caller lets clone3 make the namespace, as without a preparation).
 class NetworkPreparation {
  public:
-  explicit NetworkPreparation(std::function<void()> then = nullptr);
+  explicit NetworkPreparation(std::function<void()> then = nullptr)
+      : NetworkPreparation(PrepareNetwork, std::move(then)) {}
+  // With another preparation (tests).
+  NetworkPreparation(std::function<absl::StatusOr<PreparedNetwork>()> prepare,
+                     std::function<void()> then);
   ~NetworkPreparation();  // joins: waits for `then` too
 
   NetworkPreparation(const NetworkPreparation&) = delete;
   NetworkPreparation& operator=(const NetworkPreparation&) = delete;
 
-  // Waits for the network (not for `then`); once only.
+  // The network, waiting for it if the thread is making it; Unavailable if the thread had not
+  // begun (it then never will). Once only.
   absl::StatusOr<PreparedNetwork> Take();
 
  private:
+  std::atomic<bool> claimed_{false};  // by the thread (it prepares) or by Take (nobody does)
   std::promise<absl::StatusOr<PreparedNetwork>> promise_;
   std::future<absl::StatusOr<PreparedNetwork>> future_ = promise_.get_future();
   std::thread thread_;

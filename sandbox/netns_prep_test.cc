@@ -15,10 +15,13 @@
 
 #include <atomic>
 #include <cstring>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "absl/time/clock.h"
 
 namespace moat::sandbox {
 namespace {
@@ -93,6 +96,7 @@ TEST_F(NetnsPrepTest, ItsSysfsShowsThatNamespaceReadOnly) {
 TEST_F(NetnsPrepTest, PreparationRunsOnAThreadThenItsFollowUp) {
   std::atomic<bool> followed{false};
   auto prep = std::make_unique<NetworkPreparation>([&] { followed = true; });
+  absl::SleepFor(absl::Milliseconds(50));  // the thread has begun by then
   absl::StatusOr<PreparedNetwork> net = prep->Take();
   ASSERT_TRUE(net.ok()) << net.status();
   EXPECT_TRUE(net->netns.valid());
@@ -101,6 +105,36 @@ TEST_F(NetnsPrepTest, PreparationRunsOnAThreadThenItsFollowUp) {
   EXPECT_TRUE(followed);
   // Destroyed without Take(): joins and closes what it made.
   NetworkPreparation untaken;
+}
+
+// Whoever comes first does the work: Take() before the thread has begun gets Unavailable at once,
+// and then the thread prepares nothing (but still does its follow-up). Which one wins each time is
+// the scheduler's choice; every outcome must be one of the two.
+TEST(NetworkPreparationTest, TakeBeforeTheThreadBeginsClaimsTheWork) {
+  int stolen = 0;
+  for (int i = 0; i < 200; ++i) {
+    std::atomic<int> prepared{0};
+    std::atomic<bool> followed{false};
+    bool taken_over = false;
+    {
+      NetworkPreparation prep(
+          [&]() -> absl::StatusOr<PreparedNetwork> {
+            ++prepared;
+            return PreparedNetwork{};
+          },
+          [&] { followed = true; });
+      absl::StatusOr<PreparedNetwork> net = prep.Take();
+      if (!net.ok()) {
+        EXPECT_EQ(net.status().code(), absl::StatusCode::kUnavailable);
+        taken_over = true;
+        ++stolen;
+      }
+      EXPECT_EQ(prep.Take().status().code(), absl::StatusCode::kFailedPrecondition);
+    }  // joined: the thread is done
+    EXPECT_EQ(prepared, taken_over ? 0 : 1) << "prepared exactly when not taken over";
+    EXPECT_TRUE(followed) << "the follow-up runs either way";
+  }
+  std::cout << stolen << " of 200 taken over before the thread began\n";
 }
 
 }  // namespace
