@@ -109,16 +109,19 @@ absl::StatusOr<MountOptions> MountOptionsFor(const Policy& policy, const HostCon
     }
     ::closedir(dir);
   }
-  for (const std::string& home : homes) {
-    for (const char* cred : kCredentialPaths) {
-      std::string path = absl::StrCat(home, "/", cred);
-      if (Exists(path)) hidden.push_back(path);
-    }
-  }
   hidden.push_back("/root");
   if (policy.hide_home) {
     if (!host.home.empty() && host.home != "/") hidden.push_back(host.home);
     if (!host.sudo_home.empty() && host.sudo_home != "/") hidden.push_back(host.sudo_home);
+  }
+  const std::vector<std::string> whole_homes = hidden;
+  for (const std::string& home : homes) {
+    // A home hidden as a whole needs no look inside (its credentials would be dropped below).
+    if (std::find(whole_homes.begin(), whole_homes.end(), home) != whole_homes.end()) continue;
+    for (const char* cred : kCredentialPaths) {
+      std::string path = absl::StrCat(home, "/", cred);
+      if (Exists(path)) hidden.push_back(path);
+    }
   }
   // Host sockets and shared scratch space. /var/run is normally a symlink to /run (already
   // empty inside); hide it when it is a real directory.
