@@ -135,8 +135,9 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   std::unique_ptr<NetworkPreparation> network =
       network_ ? std::move(network_) : std::make_unique<NetworkPreparation>(CleanupAfter(layout_));
   // cgroups. On v2 the cgroup comes first: the child is created inside it. On v1 the warm-up
-  // thread starts at once (see cgroup_prewarm.h) and the cgroup is made after clone3, while the
-  // child builds its mounts; making it first would wait behind the warm-up's grace period.
+  // thread starts at once (see cgroup_prewarm.h) and then makes (or claims) the cgroup: that
+  // needs the cgroup mutex, which the warm-up holds through its grace period, so on this thread
+  // it waits for nobody. The child is moved in after clone3, while it builds its mounts.
   CgroupLimits limits{request.limits.memory_bytes, request.limits.pids, request.limits.cpus};
   const std::string cgroup_name = absl::StrCat(::getpid(), "-", runs_++);
   std::unique_ptr<Cgroup> cgroup;
@@ -145,11 +146,14 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   auto recycle = absl::MakeCleanup([&] {
     if (cgroup) cgroup->Recycle().IgnoreError();
   });
+  // Declared before the warm-up, which writes it from its thread: destroyed after its join.
+  absl::StatusOr<std::unique_ptr<Cgroup>> made = absl::UnknownError("no cgroup made ahead");
   std::unique_ptr<CgroupPrewarm> prewarm;
   if (layout_.kind == CgroupLayout::Kind::kV2) {
     ASSIGN_OR_RETURN(cgroup, Cgroup::Create(layout_, cgroup_name, limits));
   } else {
-    prewarm = CgroupPrewarm::Start(layout_);
+    prewarm = CgroupPrewarm::Start(layout_, "/proc/self/cgroup",
+                                   [&] { made = Cgroup::Create(layout_, cgroup_name, limits); });
   }
   const absl::Time cgroup_ready = absl::Now();
   ASSIGN_OR_RETURN(const SeccompProgram* seccomp, Seccomp());
@@ -213,7 +217,12 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   SpawnOptions spawn;
   spawn.cgroup = cgroup.get();
   spawn.make_cgroup = [&]() -> absl::StatusOr<Cgroup*> {
-    ASSIGN_OR_RETURN(cgroup, Cgroup::Create(layout_, cgroup_name, limits));
+    if (prewarm) {
+      prewarm->Wait();
+      ASSIGN_OR_RETURN(cgroup, std::move(made));
+    } else {
+      ASSIGN_OR_RETURN(cgroup, Cgroup::Create(layout_, cgroup_name, limits));
+    }
     return cgroup.get();
   };
   spawn.pipe_stdin = request.stdin_fd >= 0;
