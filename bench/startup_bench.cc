@@ -10,11 +10,13 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,11 @@ ratios, then moat's own setup timeline (MOAT_TRACE=1). bench/run.sh prepares eve
   --crun-bundle=DIR   OCI bundle for crun: DIR/config.json and an empty DIR/rootfs; without it
                       crun is skipped (bench/run.sh makes one)
   --python=PATH       the Python for the second command (default /usr/bin/python3)
+  --order=rotate|shuffle
+                      rotate (default): every round in the same cyclic order, starting one case
+                      further along, so each case nearly always follows the same one; shuffle:
+                      a new order every round (fixed seed), so what ran just before (its
+                      leftover kernel work: namespaces and cgroups being torn down) varies
 )";
 
 struct Flags {
@@ -58,6 +65,7 @@ struct Flags {
   std::string crun;
   std::string crun_bundle;
   std::string python = "/usr/bin/python3";
+  bool shuffle = false;
 };
 
 // One (command, runner) pair and its samples.
@@ -103,6 +111,13 @@ std::optional<Flags> ParseFlags(int argc, char** argv) {
                      number.c_str());
         return std::nullopt;
       }
+    } else if (value_of("--order=", &number)) {
+      if (number != "rotate" && number != "shuffle") {
+        std::fprintf(stderr, "startup_bench: --order is rotate or shuffle, not \"%s\"\n",
+                     number.c_str());
+        return std::nullopt;
+      }
+      flags.shuffle = number == "shuffle";
     } else if (value_of("--moat=", &flags.moat) || value_of("--bwrap=", &flags.bwrap) ||
                value_of("--crun=", &flags.crun) || value_of("--crun-bundle=", &flags.crun_bundle) ||
                value_of("--python=", &flags.python)) {
@@ -167,9 +182,14 @@ std::string FailureOf(const absl::StatusOr<RunOutcome>& outcome) {
 bool RunRounds(std::vector<Case>& cases, const Flags& flags) {
   int seq = 0;
   const int n = static_cast<int>(cases.size());
+  std::mt19937 random(20261130);  // fixed: the same orders every time
+  std::vector<int> order(n);
   for (int round = -flags.warmup; round < flags.rounds; ++round) {
+    for (int i = 0; i < n; ++i) order[i] = ((i + round) % n + n) % n;
+    // The first warm-up round keeps the listed order: it checks moat first.
+    if (flags.shuffle && round > -flags.warmup) std::shuffle(order.begin(), order.end(), random);
     for (int i = 0; i < n; ++i) {
-      Case& c = cases[((i + round) % n + n) % n];
+      Case& c = cases[order[i]];
       if (!c.skipped.empty()) continue;
       const int this_seq = seq++;
       absl::StatusOr<RunOutcome> outcome = TimedRun(c.make(this_seq));
@@ -332,8 +352,9 @@ void PrintHeader(const Setup& setup, const std::vector<Runner>& runners, size_t 
   const Flags& flags = setup.flags;
   struct utsname uts;
   ::uname(&uts);
-  std::printf("moat start-up benchmark: %d rounds (after %d warm-up), round-robin over %zu cases\n",
-              flags.rounds, flags.warmup, cases);
+  std::printf("moat start-up benchmark: %d rounds (after %d warm-up), %s over %zu cases\n",
+              flags.rounds, flags.warmup,
+              flags.shuffle ? "a shuffled order each round" : "round-robin", cases);
   std::printf("machine: Linux %s, %ld CPUs online, load average at the end %s\n", uts.release,
               ::sysconf(_SC_NPROCESSORS_ONLN), ReadSmallFile("/proc/loadavg").c_str());
   std::printf("versions: %s", VersionOf(flags.moat).c_str());
