@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -146,14 +147,18 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   auto recycle = absl::MakeCleanup([&] {
     if (cgroup) cgroup->Recycle().IgnoreError();
   });
-  // Declared before the warm-up, which writes it from its thread: destroyed after its join.
+  // Declared before the warm-up, which writes them from its thread: destroyed after its join.
+  // Whoever comes first makes the cgroup: on a busy machine the thread may not have run by the
+  // time clone3 returns, and waiting for it would cost more than doing it here.
+  std::atomic<bool> cgroup_claimed{false};
   absl::StatusOr<std::unique_ptr<Cgroup>> made = absl::UnknownError("no cgroup made ahead");
   std::unique_ptr<CgroupPrewarm> prewarm;
   if (layout_.kind == CgroupLayout::Kind::kV2) {
     ASSIGN_OR_RETURN(cgroup, Cgroup::Create(layout_, cgroup_name, limits));
   } else {
-    prewarm = CgroupPrewarm::Start(layout_, "/proc/self/cgroup",
-                                   [&] { made = Cgroup::Create(layout_, cgroup_name, limits); });
+    prewarm = CgroupPrewarm::Start(layout_, "/proc/self/cgroup", [&] {
+      if (!cgroup_claimed.exchange(true)) made = Cgroup::Create(layout_, cgroup_name, limits);
+    });
   }
   const absl::Time cgroup_ready = absl::Now();
   ASSIGN_OR_RETURN(const SeccompProgram* seccomp, Seccomp());
@@ -217,7 +222,7 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   SpawnOptions spawn;
   spawn.cgroup = cgroup.get();
   spawn.make_cgroup = [&]() -> absl::StatusOr<Cgroup*> {
-    if (prewarm) {
+    if (prewarm && cgroup_claimed.exchange(true)) {
       prewarm->Wait();
       ASSIGN_OR_RETURN(cgroup, std::move(made));
     } else {
