@@ -45,6 +45,7 @@ ratios, then moat's own setup timeline (MOAT_TRACE=1). bench/run.sh prepares eve
   --rounds=N          timed rounds; each runs every case once (default 50)
   --warmup=N          untimed rounds first, at least 1: the first one checks every case (default 2)
   --moat=PATH         moat binary (default: "moat" beside this program)
+  --moat-b=PATH       another moat build, timed as runner "moat-b" in the same rounds (A/B)
   --bwrap=PATH|none   bubblewrap (default: bwrap from PATH)
   --crun=PATH|none    crun (default: crun from PATH)
   --crun-bundle=DIR   OCI bundle for crun: DIR/config.json and an empty DIR/rootfs; without it
@@ -61,6 +62,7 @@ struct Flags {
   int rounds = 50;
   int warmup = 2;
   std::string moat;
+  std::string moat_b;
   std::string bwrap;
   std::string crun;
   std::string crun_bundle;
@@ -118,8 +120,9 @@ std::optional<Flags> ParseFlags(int argc, char** argv) {
         return std::nullopt;
       }
       flags.shuffle = number == "shuffle";
-    } else if (value_of("--moat=", &flags.moat) || value_of("--bwrap=", &flags.bwrap) ||
-               value_of("--crun=", &flags.crun) || value_of("--crun-bundle=", &flags.crun_bundle) ||
+    } else if (value_of("--moat=", &flags.moat) || value_of("--moat-b=", &flags.moat_b) ||
+               value_of("--bwrap=", &flags.bwrap) || value_of("--crun=", &flags.crun) ||
+               value_of("--crun-bundle=", &flags.crun_bundle) ||
                value_of("--python=", &flags.python)) {
     } else {
       std::fprintf(stderr, "startup_bench: unknown argument \"%s\" (see --help)\n", argv[i]);
@@ -249,9 +252,9 @@ constexpr char kBwrapFlags[] =
     "--unshare-all --die-with-parent --new-session --ro-bind / / --tmpfs /tmp --proc /proc "
     "--dev /dev";
 
-Runner MoatRunner(const Setup& setup) {
-  const std::vector<std::string> prefix = {setup.flags.moat, "run", "--"};
-  return {kMoatRunner, absl::StrCat(absl::StrJoin(prefix, " "), " COMMAND"),
+Runner MoatRunner(const Setup& setup, const std::string& name, const std::string& binary) {
+  const std::vector<std::string> prefix = {binary, "run", "--"};
+  return {name, absl::StrCat(absl::StrJoin(prefix, " "), " COMMAND"),
           [&setup, prefix](const Command& c, int) {
             return RunSpec{Concat(prefix, c.argv), setup.env};
           }};
@@ -387,6 +390,11 @@ int Main(int argc, char** argv) {
                  flags.moat.c_str());
     return 1;
   }
+  if (!flags.moat_b.empty() && ::access(flags.moat_b.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "startup_bench: --moat-b: no executable at \"%s\"\n",
+                 flags.moat_b.c_str());
+    return 1;
+  }
   setup.commands = {
       {"/bin/true", {"/bin/true"}},
       {absl::StrCat(flags.python, " -c pass"), {flags.python, "-c", "pass"}},
@@ -395,13 +403,12 @@ int Main(int argc, char** argv) {
   setup.env = CurrentEnvironment({"MOAT_TRACE"});
 
   const std::string crun_skipped = PrepareCrun(setup);
-  const std::vector<Runner> runners = {
-      MoatRunner(setup),
-      BwrapRunner(setup),
-      CrunRunner(setup, "crun", "cgroupfs", crun_skipped),
-      CrunRunner(setup, "crun-nocg", "disabled", crun_skipped),
-      ForkExecRunner(setup),
-  };
+  std::vector<Runner> runners = {MoatRunner(setup, kMoatRunner, flags.moat)};
+  if (!flags.moat_b.empty()) runners.push_back(MoatRunner(setup, "moat-b", flags.moat_b));
+  runners.push_back(BwrapRunner(setup));
+  runners.push_back(CrunRunner(setup, "crun", "cgroupfs", crun_skipped));
+  runners.push_back(CrunRunner(setup, "crun-nocg", "disabled", crun_skipped));
+  runners.push_back(ForkExecRunner(setup));
   std::vector<Case> cases;
   for (const Command& command : setup.commands) {
     for (const Runner& runner : runners) {
