@@ -250,7 +250,7 @@ absl::Status CgroupV1::Recycle() {
   absl::Status status;
   for (const std::string& dir : dirs_) {
     const bool is_memory = has("memory") && leaf_.at("memory") == dir;
-    if ((keep_memory || !is_memory) && cgroupfs::HasNoSubCgroups(dir) &&
+    if ((keep_memory || !is_memory) && (idle || cgroupfs::HasNoSubCgroups(dir)) &&
         cgroupfs::ReturnSpareCgroup(dir)) {
       continue;
     }
