@@ -10,11 +10,13 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -43,21 +45,29 @@ ratios, then moat's own setup timeline (MOAT_TRACE=1). bench/run.sh prepares eve
   --rounds=N          timed rounds; each runs every case once (default 50)
   --warmup=N          untimed rounds first, at least 1: the first one checks every case (default 2)
   --moat=PATH         moat binary (default: "moat" beside this program)
+  --moat-b=PATH       another moat build, timed as runner "moat-b" in the same rounds (A/B)
   --bwrap=PATH|none   bubblewrap (default: bwrap from PATH)
   --crun=PATH|none    crun (default: crun from PATH)
   --crun-bundle=DIR   OCI bundle for crun: DIR/config.json and an empty DIR/rootfs; without it
                       crun is skipped (bench/run.sh makes one)
   --python=PATH       the Python for the second command (default /usr/bin/python3)
+  --order=rotate|shuffle
+                      rotate (default): every round in the same cyclic order, starting one case
+                      further along, so each case nearly always follows the same one; shuffle:
+                      a new order every round (fixed seed), so what ran just before (its
+                      leftover kernel work: namespaces and cgroups being torn down) varies
 )";
 
 struct Flags {
   int rounds = 50;
   int warmup = 2;
   std::string moat;
+  std::string moat_b;
   std::string bwrap;
   std::string crun;
   std::string crun_bundle;
   std::string python = "/usr/bin/python3";
+  bool shuffle = false;
 };
 
 // One (command, runner) pair and its samples.
@@ -103,8 +113,16 @@ std::optional<Flags> ParseFlags(int argc, char** argv) {
                      number.c_str());
         return std::nullopt;
       }
-    } else if (value_of("--moat=", &flags.moat) || value_of("--bwrap=", &flags.bwrap) ||
-               value_of("--crun=", &flags.crun) || value_of("--crun-bundle=", &flags.crun_bundle) ||
+    } else if (value_of("--order=", &number)) {
+      if (number != "rotate" && number != "shuffle") {
+        std::fprintf(stderr, "startup_bench: --order is rotate or shuffle, not \"%s\"\n",
+                     number.c_str());
+        return std::nullopt;
+      }
+      flags.shuffle = number == "shuffle";
+    } else if (value_of("--moat=", &flags.moat) || value_of("--moat-b=", &flags.moat_b) ||
+               value_of("--bwrap=", &flags.bwrap) || value_of("--crun=", &flags.crun) ||
+               value_of("--crun-bundle=", &flags.crun_bundle) ||
                value_of("--python=", &flags.python)) {
     } else {
       std::fprintf(stderr, "startup_bench: unknown argument \"%s\" (see --help)\n", argv[i]);
@@ -167,9 +185,14 @@ std::string FailureOf(const absl::StatusOr<RunOutcome>& outcome) {
 bool RunRounds(std::vector<Case>& cases, const Flags& flags) {
   int seq = 0;
   const int n = static_cast<int>(cases.size());
+  std::mt19937 random(20261130);  // fixed: the same orders every time
+  std::vector<int> order(n);
   for (int round = -flags.warmup; round < flags.rounds; ++round) {
+    for (int i = 0; i < n; ++i) order[i] = ((i + round) % n + n) % n;
+    // The first warm-up round keeps the listed order: it checks moat first.
+    if (flags.shuffle && round > -flags.warmup) std::shuffle(order.begin(), order.end(), random);
     for (int i = 0; i < n; ++i) {
-      Case& c = cases[((i + round) % n + n) % n];
+      Case& c = cases[order[i]];
       if (!c.skipped.empty()) continue;
       const int this_seq = seq++;
       absl::StatusOr<RunOutcome> outcome = TimedRun(c.make(this_seq));
@@ -229,9 +252,9 @@ constexpr char kBwrapFlags[] =
     "--unshare-all --die-with-parent --new-session --ro-bind / / --tmpfs /tmp --proc /proc "
     "--dev /dev";
 
-Runner MoatRunner(const Setup& setup) {
-  const std::vector<std::string> prefix = {setup.flags.moat, "run", "--"};
-  return {kMoatRunner, absl::StrCat(absl::StrJoin(prefix, " "), " COMMAND"),
+Runner MoatRunner(const Setup& setup, const std::string& name, const std::string& binary) {
+  const std::vector<std::string> prefix = {binary, "run", "--"};
+  return {name, absl::StrCat(absl::StrJoin(prefix, " "), " COMMAND"),
           [&setup, prefix](const Command& c, int) {
             return RunSpec{Concat(prefix, c.argv), setup.env};
           }};
@@ -332,8 +355,9 @@ void PrintHeader(const Setup& setup, const std::vector<Runner>& runners, size_t 
   const Flags& flags = setup.flags;
   struct utsname uts;
   ::uname(&uts);
-  std::printf("moat start-up benchmark: %d rounds (after %d warm-up), round-robin over %zu cases\n",
-              flags.rounds, flags.warmup, cases);
+  std::printf("moat start-up benchmark: %d rounds (after %d warm-up), %s over %zu cases\n",
+              flags.rounds, flags.warmup,
+              flags.shuffle ? "a shuffled order each round" : "round-robin", cases);
   std::printf("machine: Linux %s, %ld CPUs online, load average at the end %s\n", uts.release,
               ::sysconf(_SC_NPROCESSORS_ONLN), ReadSmallFile("/proc/loadavg").c_str());
   std::printf("versions: %s", VersionOf(flags.moat).c_str());
@@ -366,6 +390,11 @@ int Main(int argc, char** argv) {
                  flags.moat.c_str());
     return 1;
   }
+  if (!flags.moat_b.empty() && ::access(flags.moat_b.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "startup_bench: --moat-b: no executable at \"%s\"\n",
+                 flags.moat_b.c_str());
+    return 1;
+  }
   setup.commands = {
       {"/bin/true", {"/bin/true"}},
       {absl::StrCat(flags.python, " -c pass"), {flags.python, "-c", "pass"}},
@@ -374,13 +403,12 @@ int Main(int argc, char** argv) {
   setup.env = CurrentEnvironment({"MOAT_TRACE"});
 
   const std::string crun_skipped = PrepareCrun(setup);
-  const std::vector<Runner> runners = {
-      MoatRunner(setup),
-      BwrapRunner(setup),
-      CrunRunner(setup, "crun", "cgroupfs", crun_skipped),
-      CrunRunner(setup, "crun-nocg", "disabled", crun_skipped),
-      ForkExecRunner(setup),
-  };
+  std::vector<Runner> runners = {MoatRunner(setup, kMoatRunner, flags.moat)};
+  if (!flags.moat_b.empty()) runners.push_back(MoatRunner(setup, "moat-b", flags.moat_b));
+  runners.push_back(BwrapRunner(setup));
+  runners.push_back(CrunRunner(setup, "crun", "cgroupfs", crun_skipped));
+  runners.push_back(CrunRunner(setup, "crun-nocg", "disabled", crun_skipped));
+  runners.push_back(ForkExecRunner(setup));
   std::vector<Case> cases;
   for (const Command& command : setup.commands) {
     for (const Runner& runner : runners) {

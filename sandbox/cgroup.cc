@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -13,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "sandbox/cgroup_fs.h"
+#include "sandbox/cgroup_spares.h"
 #include "sandbox/cgroup_v1.h"
 #include "sandbox/cgroup_v2.h"
 #include "sandbox/util/status_macros.h"
@@ -182,6 +184,12 @@ class SplitCgroup final : public Cgroup {
     absl::Status status = KillAll();
     status.Update(v2_->Destroy());
     status.Update(v1_->Destroy());
+    return status;
+  }
+  absl::Status Recycle() override {
+    absl::Status status = KillAll();
+    status.Update(v2_->Destroy());
+    status.Update(status.ok() ? v1_->Recycle() : v1_->Destroy());
     return status;
   }
   std::vector<std::string> paths() const override {
@@ -388,8 +396,11 @@ absl::StatusOr<std::vector<std::string>> CleanupStaleCgroups(const CgroupLayout&
     if (d == nullptr) continue;  // no moat/ here: nothing was ever created
     while (struct dirent* entry = ::readdir(d)) {
       if (entry->d_type != DT_DIR) continue;
+      // Spares beyond the pool's size (say from a build with a larger pool) are trimmed.
+      std::optional<int> spare = cgroupfs::SpareIndex(entry->d_name);
+      if (spare.has_value() && *spare < cgroupfs::kSpareCgroups) continue;
       pid_t owner = OwnerPid(entry->d_name);
-      if (owner == 0 || ProcessExists(owner)) continue;
+      if (!spare.has_value() && (owner == 0 || ProcessExists(owner))) continue;
       stale[entry->d_name].push_back(absl::StrCat(parent, "/", entry->d_name));
     }
     ::closedir(d);

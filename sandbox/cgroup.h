@@ -9,7 +9,8 @@
 //
 // Each sandbox lives in `<hierarchy>/moat/<name>` in every hierarchy it uses. Names that start
 // with the creating process's pid (`<pid>-<suffix>`) let CleanupStaleCgroups find what a crashed
-// run left behind.
+// run left behind. On v1, finished sandboxes' empty directories are kept as spares
+// (`<hierarchy>/moat/spare-<k>`, cgroup_spares.h) and the next Create claims them.
 #pragma once
 
 #include <sys/types.h>
@@ -87,8 +88,11 @@ class Cgroup {
  public:
   virtual ~Cgroup() = default;
 
-  // Creates <hierarchy>/moat/<name> in every hierarchy needed and writes the limits. An existing
-  // empty leaf of that name (left by a crash) is reused; one with processes is an error.
+  // Creates <hierarchy>/moat/<name> in every hierarchy needed and writes the limits. In a v1
+  // hierarchy a spare is claimed (renamed to <name>) when there is one; what its earlier runs
+  // left in the counters is reset or subtracted, so ReadUsage reports this cgroup's runs only.
+  // An existing empty leaf of that name (left by a crash) is reused; one with processes is an
+  // error.
   static absl::StatusOr<std::unique_ptr<Cgroup>> Create(const CgroupLayout& layout,
                                                         const std::string& name,
                                                         const CgroupLimits& limits);
@@ -115,11 +119,16 @@ class Cgroup {
   // the caller did not.
   virtual absl::Status Destroy() = 0;
 
+  // Like Destroy, but keeps v1 directories as spares for a later Create (cgroup_spares.h) while
+  // the pool has room; the rest is removed. The cgroup is unusable afterwards, as after Destroy.
+  virtual absl::Status Recycle() = 0;
+
   virtual std::vector<std::string> paths() const = 0;  // directories it owns
 };
 
 // Removes cgroups under `<hierarchy>/moat/` whose name encodes a pid (`<pid>-<suffix>`) that no
-// longer exists (a crashed run), killing what is inside first. Returns the removed directories.
+// longer exists (a crashed run), killing what is inside first, and spares beyond the pool's
+// size (`spare-<k>` with k >= kSpareCgroups). Returns the removed directories.
 absl::StatusOr<std::vector<std::string>> CleanupStaleCgroups(const CgroupLayout& layout);
 
 }  // namespace moat::sandbox

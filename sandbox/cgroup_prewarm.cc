@@ -32,26 +32,32 @@ std::string OwnTasksFile(const CgroupLayout& layout, const std::string& proc_sel
 }  // namespace
 
 std::unique_ptr<CgroupPrewarm> CgroupPrewarm::Start(const CgroupLayout& layout,
-                                                    const std::string& proc_self_cgroup) {
+                                                    const std::string& proc_self_cgroup,
+                                                    std::function<void()> then) {
   if (layout.kind == CgroupLayout::Kind::kV2) return nullptr;
   std::string tasks = OwnTasksFile(layout, proc_self_cgroup);
   if (tasks.empty()) return nullptr;
-  return std::unique_ptr<CgroupPrewarm>(new CgroupPrewarm(std::move(tasks)));
+  return std::unique_ptr<CgroupPrewarm>(new CgroupPrewarm(std::move(tasks), std::move(then)));
 }
 
-CgroupPrewarm::CgroupPrewarm(std::string tasks_file) : tasks_file_(std::move(tasks_file)) {
-  thread_ = std::thread([path = tasks_file_] {
+CgroupPrewarm::CgroupPrewarm(std::string tasks_file, std::function<void()> then)
+    : tasks_file_(std::move(tasks_file)) {
+  thread_ = std::thread([path = tasks_file_, then = std::move(then)] {
     // Best effort: if this fails, the real attach simply pays the grace period itself.
     int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return;
-    std::string tid = absl::StrCat(::gettid());
-    ssize_t unused = ::write(fd, tid.data(), tid.size());
-    (void)unused;
-    ::close(fd);
+    if (fd >= 0) {
+      std::string tid = absl::StrCat(::gettid());
+      ssize_t unused = ::write(fd, tid.data(), tid.size());
+      (void)unused;
+      ::close(fd);
+    }
+    if (then) then();
   });
 }
 
-CgroupPrewarm::~CgroupPrewarm() {
+CgroupPrewarm::~CgroupPrewarm() { Wait(); }
+
+void CgroupPrewarm::Wait() {
   if (thread_.joinable()) thread_.join();
 }
 

@@ -9,6 +9,7 @@
 // clone3(CLONE_INTO_CGROUP) creates the process in place.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -20,9 +21,16 @@ namespace moat::sandbox {
 class CgroupPrewarm {
  public:
   // Starts the warm-up if `layout` moves processes through cgroup v1; otherwise does nothing.
+  // `then` runs on the thread right after the warm-up: cgroup work that would otherwise wait
+  // behind it anyway (the grace period is waited for with the cgroup mutex held), such as
+  // making the sandbox's cgroup.
   static std::unique_ptr<CgroupPrewarm> Start(
-      const CgroupLayout& layout, const std::string& proc_self_cgroup = "/proc/self/cgroup");
+      const CgroupLayout& layout, const std::string& proc_self_cgroup = "/proc/self/cgroup",
+      std::function<void()> then = nullptr);
   ~CgroupPrewarm();  // joins the thread
+
+  // Waits for the warm-up and `then`.
+  void Wait();
 
   CgroupPrewarm(const CgroupPrewarm&) = delete;
   CgroupPrewarm& operator=(const CgroupPrewarm&) = delete;
@@ -31,7 +39,7 @@ class CgroupPrewarm {
   const std::string& tasks_file() const { return tasks_file_; }
 
  private:
-  explicit CgroupPrewarm(std::string tasks_file);
+  CgroupPrewarm(std::string tasks_file, std::function<void()> then);
   std::string tasks_file_;
   std::thread thread_;
 };

@@ -66,6 +66,34 @@ TEST_F(CgroupPrewarmTest, RootCgroupPathHasNoExtraSlash) {
   EXPECT_EQ(prewarm->tasks_file(), dir_ + "/nowhere/tasks");  // missing file: best effort, no crash
 }
 
+// The follow-up runs on the thread after the warm-up's write (it is what waits behind it), and
+// also when the write could not be made; Wait() returns once it has run.
+TEST_F(CgroupPrewarmTest, FollowUpRunsAfterTheWarmUpEvenIfItFailed) {
+  ASSERT_EQ(::mkdir((dir_ + "/pids").c_str(), 0755), 0);
+  std::string tasks = Write("pids/tasks", "");
+  std::string self = Write("cgroup", "8:pids:/\n");
+  CgroupLayout layout;
+  layout.kind = CgroupLayout::Kind::kV1;
+  layout.v1_mounts = {{"pids", dir_ + "/pids"}};
+  std::string seen_by_follow_up;
+  pid_t follow_up_tid = 0;
+  std::unique_ptr<CgroupPrewarm> prewarm = CgroupPrewarm::Start(layout, self, [&] {
+    seen_by_follow_up = Read(tasks);
+    follow_up_tid = ::gettid();
+  });
+  ASSERT_NE(prewarm, nullptr);
+  prewarm->Wait();
+  EXPECT_EQ(seen_by_follow_up, std::to_string(follow_up_tid)) << "after the write, same thread";
+  EXPECT_NE(follow_up_tid, ::gettid());
+
+  layout.v1_mounts = {{"pids", dir_ + "/nowhere"}};  // the write fails
+  bool ran = false;
+  prewarm = CgroupPrewarm::Start(layout, self, [&] { ran = true; });
+  ASSERT_NE(prewarm, nullptr);
+  prewarm->Wait();
+  EXPECT_TRUE(ran);
+}
+
 TEST_F(CgroupPrewarmTest, NothingToDoOnV2OrWithoutAKnownHierarchy) {
   std::string self = Write("cgroup", "0::/user.slice\n");
   CgroupLayout v2;

@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "sandbox/cgroup_fs.h"
+#include "sandbox/cgroup_spares.h"
 #include "sandbox/util/errno_status.h"
 #include "sandbox/util/status_macros.h"
 
@@ -40,6 +41,7 @@ absl::StatusOr<std::unique_ptr<CgroupV1>> CgroupV1::Create(
   // Refuse a name in use before creating anything, so a failure leaves no trace.
   for (const auto& [mount, unused] : by_mount) {
     const std::string leaf = absl::StrCat(mount, "/", cgroupfs::kMoatDir, "/", name);
+    if (!Exists(leaf)) continue;  // the usual case: one access(2) instead of a failed open
     ASSIGN_OR_RETURN(std::vector<pid_t> pids, cgroupfs::ListProcesses(leaf));
     if (!pids.empty()) {
       return absl::AlreadyExistsError(absl::StrCat(
@@ -54,16 +56,22 @@ absl::StatusOr<std::unique_ptr<CgroupV1>> CgroupV1::Create(
   bool reused = false;
   for (const auto& [mount, mount_controllers] : by_mount) {
     const std::string parent = absl::StrCat(mount, "/", cgroupfs::kMoatDir);
-    RETURN_IF_ERROR(cgroupfs::MakeDir(parent).status());
-    RETURN_IF_ERROR(InheritCpuset(parent));
     const std::string leaf = absl::StrCat(parent, "/", name);
-    ASSIGN_OR_RETURN(bool created, cgroupfs::MakeDir(leaf));
-    reused |= !created;
+    // A spare was set up (cpuset included) when it was first made.
+    bool claimed = cgroupfs::ClaimSpareCgroup(parent, name);
+    if (!claimed) {
+      RETURN_IF_ERROR(cgroupfs::MakeDir(parent).status());
+      RETURN_IF_ERROR(InheritCpuset(parent));
+      ASSIGN_OR_RETURN(bool created, cgroupfs::MakeDir(leaf));
+      reused |= !created;
+    }
+    reused |= claimed;
     cgroup->dirs_.push_back(leaf);
     for (const std::string& controller : mount_controllers) cgroup->leaf_[controller] = leaf;
-    RETURN_IF_ERROR(InheritCpuset(leaf));
+    if (!claimed) RETURN_IF_ERROR(InheritCpuset(leaf));
   }
   RETURN_IF_ERROR(cgroup->WriteLimits(limits, reused));
+  if (reused) RETURN_IF_ERROR(cgroup->ResetCounters());
   if (cgroup->has("cpuacct")) {
     const std::string usage = cgroup->File("cpuacct", "cpuacct.usage");
     cgroup->cpuacct_usage_fd_.reset(::open(usage.c_str(), O_RDONLY | O_CLOEXEC));
@@ -98,11 +106,33 @@ absl::Status CgroupV1::WriteLimits(const CgroupLimits& limits, bool reused) {
     }
     RETURN_IF_ERROR(status);
     if (has_memsw) RETURN_IF_ERROR(WriteFile(memsw, bytes));
-    // Writing 0 resets the high-water mark that a previous user of the name left.
-    if (reused) RETURN_IF_ERROR(WriteFile(File("memory", "memory.max_usage_in_bytes"), "0"));
   }
   if (has("pids")) {
     RETURN_IF_ERROR(WriteFile(File("pids", "pids.max"), absl::StrCat(limits.pids)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CgroupV1::ResetCounters() {
+  // The directory is empty: nothing charges or counts while this runs, except the kernel
+  // reclaiming (so lowering) memory still charged to it.
+  if (has("cpuacct")) RETURN_IF_ERROR(WriteFile(File("cpuacct", "cpuacct.usage"), "0"));
+  if (has("memory")) {
+    // Writing 0 sets the high-water mark to the current usage: the page cache that earlier runs
+    // read in and that is still charged here. That part is the baseline ReadUsage subtracts.
+    RETURN_IF_ERROR(WriteFile(File("memory", "memory.max_usage_in_bytes"), "0"));
+    const std::string usage_file = File("memory", "memory.usage_in_bytes");
+    ASSIGN_OR_RETURN(std::string usage, ReadFile(usage_file));
+    ASSIGN_OR_RETURN(memory_base_, cgroupfs::ParseCount(usage, usage_file));
+    // oom_kill only grows (and exists since Linux 4.13).
+    const std::string oom_file = File("memory", "memory.oom_control");
+    ASSIGN_OR_RETURN(std::string oom, ReadFile(oom_file));
+    oom_kills_base_ = cgroupfs::KeyedValue(oom, "oom_kill", oom_file).value_or(0);
+  }
+  if (has("pids")) {
+    // pids.events cannot be reset either.
+    ASSIGN_OR_RETURN(pids_max_base_,
+                     cgroupfs::OptionalKeyedValue(File("pids", "pids.events"), "max"));
   }
   return absl::OkStatus();
 }
@@ -139,17 +169,20 @@ absl::StatusOr<CgroupUsage> CgroupV1::ReadUsage() {
   if (has("memory")) {
     const std::string peak_file = File("memory", "memory.max_usage_in_bytes");
     ASSIGN_OR_RETURN(std::string peak, ReadFile(peak_file));
-    ASSIGN_OR_RETURN(usage.memory_peak_bytes, cgroupfs::ParseCount(peak, peak_file));
+    ASSIGN_OR_RETURN(uint64_t peak_bytes, cgroupfs::ParseCount(peak, peak_file));
+    // Saturating: charge left by earlier runs may have been reclaimed meanwhile.
+    usage.memory_peak_bytes = peak_bytes > memory_base_ ? peak_bytes - memory_base_ : 0;
     const std::string oom_file = File("memory", "memory.oom_control");
     ASSIGN_OR_RETURN(std::string oom, ReadFile(oom_file));
     absl::StatusOr<uint64_t> kills = cgroupfs::KeyedValue(oom, "oom_kill", oom_file);
     // The oom_kill line exists since Linux 4.13; older kernels cannot say, so report none.
     if (!kills.ok() && kills.status().code() != absl::StatusCode::kNotFound) return kills.status();
-    usage.oom_kills = kills.ok() ? *kills : 0;
+    usage.oom_kills = kills.ok() && *kills > oom_kills_base_ ? *kills - oom_kills_base_ : 0;
   }
   if (has("pids")) {
-    ASSIGN_OR_RETURN(usage.pids_limit_hits,
+    ASSIGN_OR_RETURN(uint64_t hits,
                      cgroupfs::OptionalKeyedValue(File("pids", "pids.events"), "max"));
+    usage.pids_limit_hits = hits > pids_max_base_ ? hits - pids_max_base_ : 0;
   }
   return usage;
 }
@@ -184,6 +217,43 @@ absl::Status CgroupV1::Destroy() {
   // Try every rmdir even if killing failed: it removes what can go, and its error says what stays.
   absl::Status status = KillAll();
   for (const std::string& dir : dirs_) {
+    status.Update(cgroupfs::RemoveTree(dir, cgroupfs::kRemoveTimeout));
+  }
+  if (!status.ok()) return status;
+  cpuacct_usage_fd_.reset();
+  destroyed_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status CgroupV1::Recycle() {
+  if (destroyed_) return absl::OkStatus();
+  // After a run the directories are normally empty already (the sandbox's processes die with
+  // its init): one read of cgroup.procs and one stat each say so, cheaper than KillAll's walk.
+  bool idle = true;
+  for (const std::string& dir : dirs_) {
+    absl::StatusOr<std::string> procs = ReadFile(dir + "/cgroup.procs");
+    if (!procs.ok() || !procs->empty() || !cgroupfs::HasNoSubCgroups(dir)) {
+      idle = false;
+      break;
+    }
+  }
+  // Destroy kills again and says what is stuck.
+  if (!idle && !KillAll().ok()) return Destroy();
+  bool keep_memory = true;
+  if (has("memory")) {
+    const std::string usage_file = File("memory", "memory.usage_in_bytes");
+    absl::StatusOr<std::string> usage = ReadFile(usage_file);
+    absl::StatusOr<uint64_t> bytes =
+        usage.ok() ? cgroupfs::ParseCount(*usage, usage_file) : usage.status();
+    keep_memory = bytes.ok() && *bytes <= kMaxSpareCharge;
+  }
+  absl::Status status;
+  for (const std::string& dir : dirs_) {
+    const bool is_memory = has("memory") && leaf_.at("memory") == dir;
+    if ((keep_memory || !is_memory) && (idle || cgroupfs::HasNoSubCgroups(dir)) &&
+        cgroupfs::ReturnSpareCgroup(dir)) {
+      continue;
+    }
     status.Update(cgroupfs::RemoveTree(dir, cgroupfs::kRemoveTimeout));
   }
   if (!status.ok()) return status;

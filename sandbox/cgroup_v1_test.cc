@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "sandbox/cgroup_spares.h"
 #include "sandbox/testing/fake_cgroup_tree.h"
 #include "sandbox/testing/test_child.h"
 
@@ -164,6 +165,88 @@ TEST_F(CgroupV1FakeTest, RefusesANameInUseBeforeCreatingAnything) {
   EXPECT_THAT(cgroup.status().message(), HasSubstr("\"" + memory_leaf_ + "\""));
   EXPECT_FALSE(std::filesystem::exists(pids_ + "/moat"));
   EXPECT_FALSE(std::filesystem::exists(cpu_ + "/moat"));
+}
+
+// A spare as an earlier run left it: counters that were never reset, page cache still charged.
+TEST_F(CgroupV1FakeTest, ClaimsASpareAndCountsOnlyItsOwnRun) {
+  for (const auto& [mount, controllers] :
+       std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {cpu_, {"cpu", "cpuacct"}}, {memory_, {"memory"}}, {pids_, {"pids"}}}) {
+    tree_.PopulateV1(mount + "/moat", controllers);
+    tree_.PopulateV1(mount + "/moat/spare-0", controllers);
+  }
+  const std::string spare_memory = memory_ + "/moat/spare-0";
+  FakeCgroupTree::Write(cpu_ + "/moat/spare-0/cpuacct.usage", "5000000000\n");
+  FakeCgroupTree::Write(cpu_ + "/moat/spare-0/cpu.cfs_quota_us", "20000\n");
+  FakeCgroupTree::Write(spare_memory + "/memory.max_usage_in_bytes", "300000000\n");
+  FakeCgroupTree::Write(spare_memory + "/memory.usage_in_bytes", "4096000\n");
+  FakeCgroupTree::Write(spare_memory + "/memory.oom_control",
+                        "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n");
+  FakeCgroupTree::Write(pids_ + "/moat/spare-0/pids.events", "max 5\n");
+
+  absl::StatusOr<std::unique_ptr<CgroupV1>> cgroup = CgroupV1::Create(
+      {{"cpu", cpu_}, {"cpuacct", cpu_}, {"memory", memory_}, {"pids", pids_}}, kName, kLimits);
+  ASSERT_TRUE(cgroup.ok()) << cgroup.status();
+  memory_leaf_ = memory_ + "/moat/" + kName;
+  EXPECT_FALSE(std::filesystem::exists(spare_memory)) << "the spare was not claimed";
+  EXPECT_THAT((*cgroup)->paths(),
+              ElementsAre(cpu_ + "/moat/" + kName, memory_leaf_, pids_ + "/moat/" + kName));
+  // Limits are this run's; the resettable counters were reset.
+  EXPECT_EQ(Read(cpu_ + "/moat/" + kName + "/cpu.cfs_quota_us"), "150000");
+  EXPECT_EQ(Read(memory_leaf_ + "/memory.limit_in_bytes"), "268435456");
+  EXPECT_EQ(Read(pids_ + "/moat/" + kName + "/pids.max"), "64");
+  EXPECT_EQ(Read(cpu_ + "/moat/" + kName + "/cpuacct.usage"), "0");
+  EXPECT_EQ(Read(memory_leaf_ + "/memory.max_usage_in_bytes"), "0");
+  // (A kernel sets the high-water mark to the current usage on that write.)
+  FakeCgroupTree::Write(memory_leaf_ + "/memory.max_usage_in_bytes", "4096000\n");
+
+  // A run with no OOM kill and no refused fork, which peaked 1 MiB above what was left over.
+  absl::StatusOr<CgroupUsage> usage = (*cgroup)->ReadUsage();
+  ASSERT_TRUE(usage.ok()) << usage.status();
+  EXPECT_EQ(usage->oom_kills, 0u);
+  EXPECT_EQ(usage->pids_limit_hits, 0u);
+  EXPECT_EQ(usage->memory_peak_bytes, 0u);
+  FakeCgroupTree::Write(memory_leaf_ + "/memory.max_usage_in_bytes", "5144576\n");
+  FakeCgroupTree::Write(memory_leaf_ + "/memory.oom_control",
+                        "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n");
+  FakeCgroupTree::Write(pids_ + "/moat/" + kName + "/pids.events", "max 7\n");
+  usage = (*cgroup)->ReadUsage();
+  ASSERT_TRUE(usage.ok()) << usage.status();
+  EXPECT_EQ(usage->memory_peak_bytes, 1u << 20);
+  EXPECT_EQ(usage->oom_kills, 1u);
+  EXPECT_EQ(usage->pids_limit_hits, 2u);
+}
+
+TEST_F(CgroupV1FakeTest, RecycleKeepsEmptyDirectoriesAsSpares) {
+  PopulateAll();
+  absl::StatusOr<std::unique_ptr<CgroupV1>> cgroup =
+      CgroupV1::Create(Controllers(), kName, kLimits);
+  ASSERT_TRUE(cgroup.ok()) << cgroup.status();
+  FakeCgroupTree::Write(memory_leaf_ + "/memory.usage_in_bytes", "3000000\n");  // some page cache
+  ASSERT_TRUE((*cgroup)->Recycle().ok());
+  for (const std::string& mount : {cpu_, memory_, pids_, freezer_}) {
+    EXPECT_FALSE(std::filesystem::exists(mount + "/moat/" + kName)) << mount;
+    EXPECT_TRUE(std::filesystem::exists(mount + "/moat/spare-0/cgroup.procs")) << mount;
+  }
+  EXPECT_TRUE((*cgroup)->Recycle().ok());  // idempotent
+  EXPECT_EQ((*cgroup)->ReadCpuNs().status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CgroupV1FakeTest, RecycleRemovesWhatShouldNotBeKept) {
+  PopulateAll();
+  absl::StatusOr<std::unique_ptr<CgroupV1>> cgroup =
+      CgroupV1::Create(Controllers(), kName, kLimits);
+  ASSERT_TRUE(cgroup.ok()) << cgroup.status();
+  // Too much memory still charged; a sub-cgroup under pids.
+  FakeCgroupTree::Write(memory_leaf_ + "/memory.usage_in_bytes",
+                        absl::StrCat(CgroupV1::kMaxSpareCharge + 1, "\n"));
+  tree_.PopulateV1(pids_leaf_ + "/child", {"pids"});
+  // The fake tree's directories hold plain files, so removing them fails here; what matters is
+  // which ones were kept.
+  (*cgroup)->Recycle().IgnoreError();
+  EXPECT_TRUE(std::filesystem::exists(cpu_ + "/moat/spare-0"));
+  EXPECT_FALSE(std::filesystem::exists(memory_ + "/moat/spare-0"));
+  EXPECT_FALSE(std::filesystem::exists(pids_ + "/moat/spare-0"));
 }
 
 // ---- the real v1 hierarchies --------------------------------------------------------------------

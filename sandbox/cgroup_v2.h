@@ -34,6 +34,8 @@ class CgroupV2 final : public Cgroup {
   // cgroup.kill (Linux 5.14+) when present, else cgroup.freeze + SIGKILL + thaw.
   absl::Status KillAll() override;
   absl::Status Destroy() override;
+  // cgroup2 cannot rename a cgroup, so there are no v2 spares: the same as Destroy.
+  absl::Status Recycle() override { return Destroy(); }
   std::vector<std::string> paths() const override { return {dir_}; }
 
  private:

@@ -44,6 +44,7 @@ struct ContainPlan {
   std::vector<RlimitSetting> rlimits;
   int last_cap = 40;
   std::string hostname = "moat";
+  bool loopback_ready = false;  // born in a prepared network namespace whose lo is up
 
   // The command. `argv`/`envp` point into the storage vectors and end with nullptr.
   std::vector<std::string> argv_storage;

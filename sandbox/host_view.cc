@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -108,16 +109,19 @@ absl::StatusOr<MountOptions> MountOptionsFor(const Policy& policy, const HostCon
     }
     ::closedir(dir);
   }
-  for (const std::string& home : homes) {
-    for (const char* cred : kCredentialPaths) {
-      std::string path = absl::StrCat(home, "/", cred);
-      if (Exists(path)) hidden.push_back(path);
-    }
-  }
   hidden.push_back("/root");
   if (policy.hide_home) {
     if (!host.home.empty() && host.home != "/") hidden.push_back(host.home);
     if (!host.sudo_home.empty() && host.sudo_home != "/") hidden.push_back(host.sudo_home);
+  }
+  const std::vector<std::string> whole_homes = hidden;
+  for (const std::string& home : homes) {
+    // A home hidden as a whole needs no look inside (its credentials would be dropped below).
+    if (std::find(whole_homes.begin(), whole_homes.end(), home) != whole_homes.end()) continue;
+    for (const char* cred : kCredentialPaths) {
+      std::string path = absl::StrCat(home, "/", cred);
+      if (Exists(path)) hidden.push_back(path);
+    }
   }
   // Host sockets and shared scratch space. /var/run is normally a symlink to /run (already
   // empty inside); hide it when it is a real directory.
@@ -138,7 +142,15 @@ absl::StatusOr<MountOptions> MountOptionsFor(const Policy& policy, const HostCon
   }
   std::sort(hidden.begin(), hidden.end());
   hidden.erase(std::unique(hidden.begin(), hidden.end()), hidden.end());
-  options.hidden_paths = std::move(hidden);
+  // A path under another hidden one is out of reach once that one is covered (covering resolves
+  // inside the sandbox's root, so a symlink on the way leads into the covered tree too): covering
+  // it as well would only cost the child a mount step. Sorted, an ancestor comes first.
+  for (const std::string& path : hidden) {
+    if (std::none_of(options.hidden_paths.begin(), options.hidden_paths.end(),
+                     [&](const std::string& dir) { return IsPathUnder(path, dir); })) {
+      options.hidden_paths.push_back(path);
+    }
+  }
   return options;
 }
 

@@ -63,15 +63,16 @@ TEST_F(HostViewTest, HidesCredentialsHomesAndReachableSockets) {
   host.home_root = dir_ + "/home";
   host.proc_net_unix = unix_file;
   Policy policy;
-  policy.deny_read = {"/etc/shadow-test"};
+  policy.deny_read = {"/etc/shadow-test", "/root/.ssh"};
   absl::StatusOr<MountOptions> m = MountOptionsFor(policy, host, std::nullopt);
   ASSERT_TRUE(m.ok()) << m.status();
   const std::vector<std::string>& h = m->hidden_paths;
   EXPECT_THAT(h, Contains(home));
-  EXPECT_THAT(h, Contains(ssh));
+  EXPECT_THAT(h, Not(Contains(ssh)));  // out of reach under the hidden home: no mount step
   EXPECT_THAT(h, Contains(bob_aws));
   EXPECT_THAT(h, Contains(netrc));
   EXPECT_THAT(h, Contains("/root"));
+  EXPECT_THAT(h, Not(Contains("/root/.ssh")));  // the same under /root
   EXPECT_THAT(h, Contains("/etc/shadow-test"));
   EXPECT_THAT(h, Contains("/srv/app/api.sock"));
   EXPECT_THAT(h, Not(Contains("/run/x.sock")));         // /run is empty inside anyway
@@ -82,6 +83,7 @@ TEST_F(HostViewTest, HidesCredentialsHomesAndReachableSockets) {
 
 TEST_F(HostViewTest, HomeStaysVisibleWhenThePolicySaysSo) {
   std::string home = Make("home/alice");
+  std::string ssh = Make("home/alice/.ssh");
   HostContext host;
   host.home = home;
   host.home_root = dir_ + "/home";
@@ -91,6 +93,7 @@ TEST_F(HostViewTest, HomeStaysVisibleWhenThePolicySaysSo) {
   absl::StatusOr<MountOptions> m = MountOptionsFor(policy, host, std::nullopt);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_THAT(m->hidden_paths, Not(Contains(home)));
+  EXPECT_THAT(m->hidden_paths, Contains(ssh));  // credentials stay hidden in a visible home
   EXPECT_THAT(m->hidden_paths, Contains("/root"));
 }
 

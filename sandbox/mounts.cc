@@ -12,11 +12,13 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "sandbox/child_failure.h"
 #include "sandbox/idmap.h"
+#include "sandbox/root_tree.h"
 #include "sandbox/util/errno_status.h"
 #include "sandbox/util/status_macros.h"
 
@@ -37,11 +39,55 @@ constexpr std::array<const char*, 15> kMaskedProc = {
     "/proc/kmsg",          "/proc/timer_list", "/proc/sched_debug", "/proc/latency_stats",
     "/proc/sysrq-trigger", "/proc/kallsyms",   "/proc/config.gz"};
 
-constexpr std::array<const char*, 5> kDevices = {"null", "zero", "full", "random", "urandom"};
+// The masked /proc entries this kernel has. They are global (the same in every procfs
+// instance), so this /proc tells what the sandbox's will show; the child need not look for the
+// others. Unless this /proc is not a full procfs (none, or subset=pid, which hides meminfo
+// too): then all of them.
+std::vector<const char*> MaskedProcEntries() {
+  std::vector<const char*> present;
+  const bool have_proc = ::access("/proc/meminfo", F_OK) == 0;
+  for (const char* entry : kMaskedProc) {
+    struct stat st;
+    if (!have_proc || ::lstat(entry, &st) == 0 || errno != ENOENT) present.push_back(entry);
+  }
+  return present;
+}
 
 bool IsOwnTopLevel(const std::string& name) {
   return std::find_if(kOwnTopLevel.begin(), kOwnTopLevel.end(),
                       [&](const char* n) { return name == n; }) != kOwnTopLevel.end();
+}
+
+// The host's top-level entries the sandbox shows: directories and files (bound), symlinks
+// (recreated); sorted by name. Other kinds (sockets, devices) and the names the sandbox gets
+// fresh are left out.
+absl::StatusOr<std::vector<HostEntry>> HostTopLevel() {
+  DIR* dir = ::opendir("/");
+  if (dir == nullptr) return ErrnoStatus("read the host root directory \"/\"");
+  std::vector<std::string> names;
+  while (struct dirent* e = ::readdir(dir)) {
+    std::string name = e->d_name;
+    if (name != "." && name != ".." && !IsOwnTopLevel(name)) names.push_back(std::move(name));
+  }
+  ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  std::vector<HostEntry> entries;
+  for (std::string& name : names) {
+    const std::string host = absl::StrCat("/", name);
+    struct stat st;
+    if (::lstat(host.c_str(), &st) != 0) continue;  // vanished meanwhile
+    if (S_ISLNK(st.st_mode)) {
+      char buf[4096];
+      ssize_t n = ::readlink(host.c_str(), buf, sizeof(buf) - 1);
+      if (n < 0) return ErrnoStatus(absl::StrCat("readlink \"", host, "\""));
+      entries.push_back({HostEntry::Kind::kSymlink, std::move(name), std::string(buf, n)});
+    } else if (S_ISDIR(st.st_mode)) {
+      entries.push_back({HostEntry::Kind::kDirectory, std::move(name), ""});
+    } else if (S_ISREG(st.st_mode)) {
+      entries.push_back({HostEntry::Kind::kFile, std::move(name), ""});
+    }
+  }
+  return entries;
 }
 
 // ---- child side: async-signal-safe helpers ----
@@ -87,6 +133,10 @@ class ChildMounter {
         if (::mount("tmpfs", s.target, "tmpfs", s.flags, s.data) != 0)
           return Fail("mount tmpfs", s.target);
         return true;
+      case MountStep::Kind::kAttachRoot:
+        if (::move_mount(s.fd, "", AT_FDCWD, s.target, MOVE_MOUNT_F_EMPTY_PATH) != 0)
+          return Fail("attach the root tree built by the supervisor", s.target);
+        return true;
       case MountStep::Kind::kMkdir:
         if (::mkdir(s.target, 0755) != 0 && errno != EEXIST) return Fail("mkdir", s.target);
         return true;
@@ -114,9 +164,12 @@ class ChildMounter {
           return Fail("mount a fresh /proc", s.target);
         return true;
       case MountStep::Kind::kSysfs:
-        if (::mount("sysfs", s.target, "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                    nullptr) == 0)
+        if (s.fd >= 0) {
+          if (::move_mount(s.fd, "", AT_FDCWD, s.target, MOVE_MOUNT_F_EMPTY_PATH) == 0) return true;
+        } else if (::mount("sysfs", s.target, "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                           nullptr) == 0) {
           return true;
+        }
         // Some hosts refuse a new sysfs (it is not "fully visible" there). An empty read-only
         // directory is stricter, so it is a safe substitute.
         if (int err = CoverWithEmptyDir(AT_FDCWD, s.target); err != 0) {
@@ -304,122 +357,18 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
     return plan.Keep(absl::StrCat(kNewRoot, path));
   };
   using K = MountStep::Kind;
+  ASSIGN_OR_RETURN(std::vector<HostEntry> host_entries, HostTopLevel());
 
-  plan.Add({.kind = K::kMakePrivate});
-  plan.Add({.kind = K::kTmpfs,
-            .target = kNewRoot,
-            .data = "mode=0755,size=1m,nr_inodes=4096",
-            .flags = MS_NOSUID | MS_NODEV});
-
-  // Top level: the host's directories as recursive binds, its symlinks recreated.
-  DIR* dir = ::opendir("/");
-  if (dir == nullptr) return ErrnoStatus("read the host root directory \"/\"");
-  std::vector<std::string> names;
-  while (struct dirent* e = ::readdir(dir)) {
-    std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(std::move(name));
-  }
-  ::closedir(dir);
-  std::sort(names.begin(), names.end());
-  for (const std::string& name : names) {
-    if (IsOwnTopLevel(name)) continue;
-    std::string host = absl::StrCat("/", name);
-    struct stat st;
-    if (::lstat(host.c_str(), &st) != 0) continue;  // vanished meanwhile
-    if (S_ISLNK(st.st_mode)) {
-      char buf[4096];
-      ssize_t n = ::readlink(host.c_str(), buf, sizeof(buf) - 1);
-      if (n < 0) return ErrnoStatus(absl::StrCat("readlink \"", host, "\""));
-      plan.Add({.kind = K::kSymlink,
-                .source = plan.Keep(std::string(buf, n)),
-                .target = in_new_root(host)});
-    } else if (S_ISDIR(st.st_mode)) {
-      const char* target = in_new_root(host);
-      plan.Add({.kind = K::kMkdir, .target = target});
-      plan.Add({.kind = K::kBind, .source = plan.Keep(host), .target = target, .optional = true});
-    } else if (S_ISREG(st.st_mode)) {
-      const char* target = in_new_root(host);
-      plan.Add({.kind = K::kTouch, .target = target});
-      plan.Add({.kind = K::kBind, .source = plan.Keep(host), .target = target, .optional = true});
-    }
-  }
-  for (const char* name : kOwnTopLevel) {
-    plan.Add({.kind = K::kMkdir, .target = in_new_root(absl::StrCat("/", name))});
-  }
-  // An empty read-only tmpfs at /run: hides the host's sockets and serves as the template that
-  // covers hidden directories.
-  plan.Add({.kind = K::kTmpfs,
-            .target = in_new_root("/run"),
-            .data = "mode=0755,size=4k,nr_inodes=16",
-            .flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC});
-  plan.Add({.kind = K::kSetReadOnly, .target = kNewRoot, .flags = AT_RECURSIVE});
-
-  // /proc: a fresh instance for the sandbox's pid namespace.
-  plan.Add({.kind = K::kProc, .target = in_new_root("/proc")});
-  const char* proc_sys = in_new_root("/proc/sys");
-  plan.Add({.kind = K::kBind, .source = proc_sys, .target = proc_sys});
-  plan.Add({.kind = K::kSetReadOnly, .target = proc_sys, .flags = AT_RECURSIVE});
-  for (const char* masked : kMaskedProc) {
-    plan.Add({.kind = K::kHideInRoot, .target = masked, .optional = true});
-  }
-  plan.Add({.kind = K::kSysfs, .target = in_new_root("/sys")});
-
-  // /dev: a small tmpfs with the harmless character devices bound from the host.
-  plan.Add({.kind = K::kTmpfs,
-            .target = in_new_root("/dev"),
-            .data = "mode=0755,size=64k,nr_inodes=64",
-            .flags = MS_NOSUID | MS_NOEXEC});
-  for (const char* dev : kDevices) {
-    const char* target = in_new_root(absl::StrCat("/dev/", dev));
-    plan.Add({.kind = K::kTouch, .target = target});
-    plan.Add({.kind = K::kBind, .source = plan.Keep(absl::StrCat("/dev/", dev)), .target = target});
-    // Read-only: reading and writing the device still work (a read-only mount does not stop
-    // writes to device files), but its owner and mode on the host cannot be changed.
-    plan.Add({.kind = K::kSetReadOnly,
-              .target = target,
-              .attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC});
-  }
-  for (auto [link, to] : {std::pair{"fd", "/proc/self/fd"},
-                          {"stdin", "/proc/self/fd/0"},
-                          {"stdout", "/proc/self/fd/1"},
-                          {"stderr", "/proc/self/fd/2"},
-                          {"ptmx", "pts/ptmx"}}) {
-    plan.Add(
-        {.kind = K::kSymlink, .source = to, .target = in_new_root(absl::StrCat("/dev/", link))});
-  }
-  plan.Add({.kind = K::kMkdir, .target = in_new_root("/dev/pts")});
-  plan.Add({.kind = K::kMkdir, .target = in_new_root("/dev/shm")});
-  plan.Add({.kind = K::kDevpts, .target = in_new_root("/dev/pts")});
-  std::string tmpfs_data = absl::StrCat("mode=1777,size=", options.tmpfs_bytes);
-  plan.Add({.kind = K::kTmpfs,
-            .target = in_new_root("/dev/shm"),
-            .data = plan.Keep(tmpfs_data),
-            .flags = MS_NOSUID | MS_NODEV});
-  plan.Add({.kind = K::kSetReadOnly, .target = in_new_root("/dev"), .flags = 0});
-
-  // The writable areas.
-  plan.Add({.kind = K::kTmpfs,
-            .target = in_new_root("/tmp"),
-            .data = plan.Keep(tmpfs_data),
-            .flags = MS_NOSUID | MS_NODEV});
+  // Writable host trees first: a bad path fails before any mount work, and their number decides
+  // whether the child can inherit one more descriptor, the root tree's.
+  int workspace_fd = -1;
   if (options.workspace_dir) {
-    ASSIGN_OR_RETURN(int fd, plan.OpenTree(*options.workspace_dir, "--workspace", options));
-    plan.Add({.kind = K::kAttachInRoot,
-              .source = plan.Keep(*options.workspace_dir),
-              .target = "/workspace",
-              .fd = fd});
-  } else {
-    plan.Add({.kind = K::kTmpfs,
-              .target = in_new_root("/workspace"),
-              .data = plan.Keep(absl::StrCat("mode=0755,size=", options.tmpfs_bytes)),
-              .flags = MS_NOSUID | MS_NODEV});
+    ASSIGN_OR_RETURN(workspace_fd, plan.OpenTree(*options.workspace_dir, "--workspace", options));
   }
-
-  // Policy paths: writable first, then read-only inside them, then hidden (deny wins).
+  std::vector<int> writable_fds;
   for (const std::string& path : options.writable_paths) {
     ASSIGN_OR_RETURN(int fd, plan.OpenTree(path, "filesystem.allowWrite", options));
-    // Paths under the sandbox's private /tmp (or tmpfs /workspace) do not exist there yet:
-    // create the mount point. /proc, /sys, /dev and /run have no place for host directories.
+    // /proc, /sys, /dev and /run have no place for host directories.
     for (const char* own : {"/proc", "/sys", "/dev", "/run"}) {
       if (path == own || absl::StartsWith(path, absl::StrCat(own, "/"))) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -427,6 +376,61 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
             ", which the sandbox gets fresh from the kernel; it cannot show a host path there"));
       }
     }
+    writable_fds.push_back(fd);
+  }
+
+  // The root: built here as one detached tree when the kernel can (root_tree.h; the sandbox's
+  // ids are needed to own it, and room for its descriptor and the sysfs's), else by the child.
+  // Any failure here leaves it to the child, whose steps report what fails.
+  if (options.prebuild_root && options.sandbox_ids && plan.inherited_fds_.size() + 2 <= kMaxTrees) {
+    RootTreeSpec spec;
+    spec.host_entries = host_entries;
+    for (const char* name : kOwnTopLevel) spec.own_dirs.emplace_back(name);
+    spec.tmpfs_bytes = options.tmpfs_bytes;
+    spec.workspace_tmpfs = !options.workspace_dir;
+    std::tie(spec.uid, spec.gid) = *options.sandbox_ids;
+    absl::StatusOr<UniqueFd> root = BuildRootTree(spec);
+    if (root.ok()) {
+      plan.inherited_fds_.push_back(root->get());
+      plan.trees_.push_back(*std::move(root));
+      plan.root_prebuilt_ = true;
+    }
+  }
+
+  plan.Add({.kind = K::kMakePrivate});
+  if (plan.root_prebuilt_) {
+    plan.Add({.kind = K::kAttachRoot, .target = kNewRoot, .fd = plan.trees_.back().get()});
+  } else {
+    plan.AddRootSteps(host_entries);
+  }
+
+  // /proc: a fresh instance for the sandbox's pid namespace.
+  plan.Add({.kind = K::kProc, .target = in_new_root("/proc")});
+  const char* proc_sys = in_new_root("/proc/sys");
+  plan.Add({.kind = K::kBind, .source = proc_sys, .target = proc_sys});
+  plan.Add({.kind = K::kSetReadOnly, .target = proc_sys, .flags = AT_RECURSIVE});
+  for (const char* masked : MaskedProcEntries()) {
+    plan.Add({.kind = K::kHideInRoot, .target = masked, .optional = true});
+  }
+  plan.Add({.kind = K::kSysfs, .target = in_new_root("/sys")});
+
+  if (plan.root_prebuilt_) {
+    plan.Add({.kind = K::kDevpts, .target = in_new_root("/dev/pts")});
+  } else {
+    plan.AddDevAndTmpfsSteps(options);
+  }
+  if (options.workspace_dir) {
+    plan.Add({.kind = K::kAttachInRoot,
+              .source = plan.Keep(*options.workspace_dir),
+              .target = "/workspace",
+              .fd = workspace_fd});
+  }
+
+  // Policy paths: writable first, then read-only inside them, then hidden (deny wins).
+  for (size_t i = 0; i < options.writable_paths.size(); ++i) {
+    const std::string& path = options.writable_paths[i];
+    // Paths under the sandbox's private /tmp (or tmpfs /workspace) do not exist there yet:
+    // create the mount point.
     if (absl::StartsWith(path, "/tmp/") ||
         (!options.workspace_dir && absl::StartsWith(path, "/workspace/"))) {
       struct stat st;
@@ -438,7 +442,7 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
       plan.Add({.kind = is_dir ? K::kMkdir : K::kTouch, .target = in_new_root(path)});
     }
     const char* kept = plan.Keep(path);
-    plan.Add({.kind = K::kAttachInRoot, .source = kept, .target = kept, .fd = fd});
+    plan.Add({.kind = K::kAttachInRoot, .source = kept, .target = kept, .fd = writable_fds[i]});
   }
   for (const auto& [host_file, inside] : options.file_overlays) {
     // The sandbox sees the host's file at `inside`; a symlink there (systemd-resolved's
@@ -466,6 +470,97 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
   }
   plan.Add({.kind = K::kPivot, .source = "/workspace", .target = kNewRoot});
   return plan;
+}
+
+void MountPlan::AddRootSteps(const std::vector<HostEntry>& host_entries) {
+  using K = MountStep::Kind;
+  auto in_new_root = [&](absl::string_view path) { return Keep(absl::StrCat(kNewRoot, path)); };
+  Add({.kind = K::kTmpfs,
+       .target = kNewRoot,
+       .data = "mode=0755,size=1m,nr_inodes=4096",
+       .flags = MS_NOSUID | MS_NODEV});
+  // Top level: the host's directories (and files) as recursive binds, its symlinks recreated.
+  for (const HostEntry& entry : host_entries) {
+    const std::string host = absl::StrCat("/", entry.name);
+    const char* target = in_new_root(host);
+    switch (entry.kind) {
+      case HostEntry::Kind::kSymlink:
+        Add({.kind = K::kSymlink, .source = Keep(entry.link), .target = target});
+        continue;
+      case HostEntry::Kind::kDirectory:
+        Add({.kind = K::kMkdir, .target = target});
+        break;
+      case HostEntry::Kind::kFile:
+        Add({.kind = K::kTouch, .target = target});
+        break;
+    }
+    Add({.kind = K::kBind, .source = Keep(host), .target = target, .optional = true});
+  }
+  for (const char* name : kOwnTopLevel) {
+    Add({.kind = K::kMkdir, .target = in_new_root(absl::StrCat("/", name))});
+  }
+  // An empty read-only tmpfs at /run: hides the host's sockets and serves as the template that
+  // covers hidden directories.
+  Add({.kind = K::kTmpfs,
+       .target = in_new_root("/run"),
+       .data = "mode=0755,size=4k,nr_inodes=16",
+       .flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC});
+  Add({.kind = K::kSetReadOnly, .target = kNewRoot, .flags = AT_RECURSIVE});
+}
+
+void MountPlan::AddDevAndTmpfsSteps(const MountOptions& options) {
+  using K = MountStep::Kind;
+  auto in_new_root = [&](absl::string_view path) { return Keep(absl::StrCat(kNewRoot, path)); };
+  // /dev: a small tmpfs with the harmless character devices bound from the host.
+  Add({.kind = K::kTmpfs,
+       .target = in_new_root("/dev"),
+       .data = "mode=0755,size=64k,nr_inodes=64",
+       .flags = MS_NOSUID | MS_NOEXEC});
+  for (const char* dev : kDevDevices) {
+    const char* target = in_new_root(absl::StrCat("/dev/", dev));
+    Add({.kind = K::kTouch, .target = target});
+    Add({.kind = K::kBind, .source = Keep(absl::StrCat("/dev/", dev)), .target = target});
+    // Read-only: reading and writing the device still work (a read-only mount does not stop
+    // writes to device files), but its owner and mode on the host cannot be changed.
+    Add({.kind = K::kSetReadOnly,
+         .target = target,
+         .attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC});
+  }
+  for (const auto& [link, to] : kDevLinks) {
+    Add({.kind = K::kSymlink, .source = to, .target = in_new_root(absl::StrCat("/dev/", link))});
+  }
+  Add({.kind = K::kMkdir, .target = in_new_root("/dev/pts")});
+  Add({.kind = K::kMkdir, .target = in_new_root("/dev/shm")});
+  Add({.kind = K::kDevpts, .target = in_new_root("/dev/pts")});
+  const char* tmpfs_data = Keep(absl::StrCat("mode=1777,size=", options.tmpfs_bytes));
+  Add({.kind = K::kTmpfs,
+       .target = in_new_root("/dev/shm"),
+       .data = tmpfs_data,
+       .flags = MS_NOSUID | MS_NODEV});
+  Add({.kind = K::kSetReadOnly, .target = in_new_root("/dev"), .flags = 0});
+
+  // The writable areas.
+  Add({.kind = K::kTmpfs,
+       .target = in_new_root("/tmp"),
+       .data = tmpfs_data,
+       .flags = MS_NOSUID | MS_NODEV});
+  if (!options.workspace_dir) {
+    Add({.kind = K::kTmpfs,
+         .target = in_new_root("/workspace"),
+         .data = Keep(absl::StrCat("mode=0755,size=", options.tmpfs_bytes)),
+         .flags = MS_NOSUID | MS_NODEV});
+  }
+}
+
+bool MountPlan::UseDetachedSysfs(int fd) {
+  if (fd < 0 || inherited_fds_.size() >= kMaxTrees) return false;
+  for (MountStep& step : steps_) {
+    if (step.kind != MountStep::Kind::kSysfs) continue;
+    step.fd = fd;
+    inherited_fds_.push_back(fd);
+    return true;
+  }
+  return false;
 }
 
 bool MountPlan::Execute(int error_fd) const {

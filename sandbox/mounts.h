@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "sandbox/root_tree.h"
 #include "sandbox/util/unique_fd.h"
 
 namespace moat::sandbox {
@@ -41,6 +42,10 @@ struct MountOptions {
   // Host files bound read-only over existing files of the view: {host file, path inside}, e.g.
   // the egress resolv.conf over /etc/resolv.conf.
   std::vector<std::pair<std::string, std::string>> file_overlays;
+  // Build the root (host entries, /run, /dev, /tmp, /workspace) here as one detached tree for the
+  // child to attach (root_tree.h), when the kernel can and `sandbox_ids` is set; false: the child
+  // builds it step by step (what older kernels get).
+  bool prebuild_root = true;
 };
 
 // One prepared step. All strings are owned by the plan and never move after Build().
@@ -48,13 +53,15 @@ struct MountStep {
   enum class Kind {
     kMakePrivate,     // mount(NULL, "/", MS_REC|MS_PRIVATE)
     kTmpfs,           // mount tmpfs on `target` with `data`, `flags`
+    kAttachRoot,      // move_mount the root tree `fd` built by the supervisor onto `target`
     kMkdir,           // mkdir `target`
     kSymlink,         // symlink(`source`, `target`)
     kTouch,           // create empty file `target`
     kBind,            // bind `source` on `target` (recursive), `flags` = extra MS_ flags
     kSetReadOnly,     // mount_setattr(`target`, `flags` (AT_RECURSIVE or 0), `attrs`)
     kProc,            // mount proc on `target`
-    kSysfs,           // mount sysfs on `target`, read-only; an empty read-only tmpfs if refused
+    kSysfs,           // mount sysfs on `target` read-only, or attach the detached sysfs `fd`;
+                      // an empty read-only tmpfs if refused
     kDevpts,          // mount devpts (newinstance) on `target`
     kAttachInRoot,    // move_mount the detached tree `fd` (opened by the parent from host
                       // path `source`) onto `target` resolved inside the new root
@@ -84,12 +91,20 @@ class MountPlan {
   MountPlan(MountPlan&&) = default;
   MountPlan& operator=(MountPlan&&) = default;
 
+  // /sys becomes the detached sysfs mount `fd` (netns_prep.h) instead of one the child mounts.
+  // The plan records the descriptor (the caller keeps it open until the child has started).
+  // False, and no change, when the child could not inherit one more descriptor.
+  bool UseDetachedSysfs(int fd);
+
   // Child side, async-signal-safe: runs every step in order. On failure writes a ChildFailure to
   // `error_fd` and returns false.
   bool Execute(int error_fd) const;
 
   const std::vector<MountStep>& steps() const { return steps_; }
-  // Descriptors the child must keep open until Execute(): the detached host trees to attach.
+  // Whether the root was built here (kAttachRoot) rather than by the child's steps.
+  bool root_prebuilt() const { return root_prebuilt_; }
+  // Descriptors the child must keep open until Execute(): the detached trees to attach. At most
+  // kMaxTrees.
   const std::vector<int>& inherited_fds() const { return inherited_fds_; }
 
  private:
@@ -99,6 +114,10 @@ class MountPlan {
   absl::StatusOr<int> OpenTree(const std::string& path, absl::string_view what,
                                const MountOptions& options);
   void Add(MountStep step) { steps_.push_back(step); }
+  // The child-built root: tmpfs, host entries, own mount points, /run, read-only.
+  void AddRootSteps(const std::vector<HostEntry>& host_entries);
+  // The child-built /dev (devpts included), /tmp and, without --workspace, /workspace.
+  void AddDevAndTmpfsSteps(const MountOptions& options);
 
   std::deque<std::string> strings_;  // deque: references stay valid as it grows
   std::vector<MountStep> steps_;
@@ -108,6 +127,7 @@ class MountPlan {
   std::vector<UniqueFd> trees_;
   std::map<std::pair<uid_t, gid_t>, UniqueFd> mapping_namespaces_;  // by owner, for idmaps
   std::vector<int> inherited_fds_;
+  bool root_prebuilt_ = false;
 };
 
 }  // namespace moat::sandbox

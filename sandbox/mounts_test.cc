@@ -138,6 +138,54 @@ TEST(MountPlanTest, WritablePathUnderProcIsRefused) {
   EXPECT_THAT(std::string(plan.status().message()), HasSubstr("is under /proc"));
 }
 
+// With the sandbox's ids (as the runner gives them), the supervisor builds the root itself
+// (root_tree.h) and the child attaches it: no host binds, no tmpfs, no /dev steps left.
+TEST(MountPlanTest, RootBuiltAheadLeavesTheChildTheRest) {
+  if (::geteuid() != 0) GTEST_SKIP() << "building mounts needs root";
+  MountOptions options;
+  options.sandbox_ids = std::make_pair(65534, 65534);
+  options.hidden_paths = {"/var/tmp"};
+  absl::StatusOr<MountPlan> plan = MountPlan::Build(options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  if (!plan->root_prebuilt()) GTEST_SKIP() << "this kernel cannot mount onto a detached tree";
+  std::vector<const MountStep*> attach = Find(*plan, K::kAttachRoot);
+  ASSERT_EQ(attach.size(), 1u);
+  EXPECT_EQ(plan->steps()[1].kind, K::kAttachRoot) << "right after making mounts private";
+  EXPECT_STREQ(attach[0]->target, "/tmp");
+  EXPECT_THAT(plan->inherited_fds(), ::testing::ElementsAre(attach[0]->fd));
+  EXPECT_TRUE(Find(*plan, K::kTmpfs).empty());
+  EXPECT_TRUE(Find(*plan, K::kSymlink).empty());
+  for (const MountStep* bind : Find(*plan, K::kBind)) {
+    EXPECT_STREQ(bind->source, "/tmp/proc/sys") << "only /proc/sys is bound by the child";
+  }
+  EXPECT_GE(IndexOf(*plan, K::kDevpts, "/tmp/dev/pts"), 0);
+  EXPECT_GE(IndexOf(*plan, K::kProc, "/tmp/proc"), 0);
+  EXPECT_LT(IndexOf(*plan, K::kProc, "/tmp/proc"), IndexOf(*plan, K::kHideInRoot, "/var/tmp"));
+  EXPECT_EQ(plan->steps().back().kind, K::kPivot);
+
+  options.prebuild_root = false;  // what kernels before 6.15 get
+  absl::StatusOr<MountPlan> child_built = MountPlan::Build(options);
+  ASSERT_TRUE(child_built.ok()) << child_built.status();
+  EXPECT_FALSE(child_built->root_prebuilt());
+  EXPECT_TRUE(Find(*child_built, K::kAttachRoot).empty());
+  EXPECT_GE(IndexOf(*child_built, K::kTmpfs, "/tmp/tmp"), 0);
+}
+
+// The /proc masks cover what this kernel has; the entries it lacks (config options) are not
+// looked for by the child.
+TEST(MountPlanTest, MasksTheProcEntriesThatExist) {
+  absl::StatusOr<MountPlan> plan = MountPlan::Build(MountOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const char* entry :
+       {"/proc/acpi", "/proc/asound", "/proc/bus", "/proc/fs", "/proc/irq", "/proc/scsi",
+        "/proc/kcore", "/proc/keys", "/proc/kmsg", "/proc/timer_list", "/proc/sched_debug",
+        "/proc/latency_stats", "/proc/sysrq-trigger", "/proc/kallsyms", "/proc/config.gz"}) {
+    const bool exists = ::access(entry, F_OK) == 0;
+    EXPECT_EQ(IndexOf(*plan, K::kHideInRoot, entry) >= 0, exists) << entry;
+  }
+  EXPECT_GE(IndexOf(*plan, K::kHideInRoot, "/proc/kmsg"), 0) << "there on every kernel";
+}
+
 TEST(MountPlanTest, StringsSurviveAMove) {
   absl::StatusOr<MountPlan> plan = MountPlan::Build(MountOptions{});
   ASSERT_TRUE(plan.ok());

@@ -7,10 +7,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <optional>
-#include <thread>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
@@ -85,6 +86,12 @@ std::optional<Violation> RemoveCreatedProtectedPath(const std::string& path) {
   return found;
 }
 
+// Runs that died without cleaning up left cgroups behind (their names start with a pid that no
+// longer exists); this removes them.
+std::function<void()> CleanupAfter(CgroupLayout layout) {
+  return [layout = std::move(layout)] { CleanupStaleCgroups(layout).IgnoreError(); };
+}
+
 constexpr char kSandboxPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 }  // namespace
@@ -102,8 +109,11 @@ absl::StatusOr<std::unique_ptr<Runner>> Runner::Create() {
   // hierarchy to create, join and remove on every run.
   layout.v1_mounts.erase("freezer");
   RETURN_IF_ERROR(PlanCgroup(layout).status());  // a missing controller fails here, early
+  // Now the slowest step of the first sandbox's setup, on a thread of its own (netns_prep.h).
+  auto network = std::make_unique<NetworkPreparation>(CleanupAfter(layout));
   ASSIGN_OR_RETURN(IdMapping ids, DefaultIdMapping());
-  return std::unique_ptr<Runner>(new Runner(std::move(layout), ids, LastCapability()));
+  return std::unique_ptr<Runner>(
+      new Runner(std::move(layout), ids, LastCapability(), std::move(network)));
 }
 
 absl::StatusOr<const SeccompProgram*> Runner::Seccomp() {
@@ -122,25 +132,34 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
     return absl::InvalidArgumentError("no command given");
   }
   const absl::Time begin = absl::Now();
+  // Its thread then removes what crashed runs left (CleanupAfter), off the command's path.
+  std::unique_ptr<NetworkPreparation> network =
+      network_ ? std::move(network_) : std::make_unique<NetworkPreparation>(CleanupAfter(layout_));
   // cgroups. On v2 the cgroup comes first: the child is created inside it. On v1 the warm-up
-  // thread starts at once (see cgroup_prewarm.h) and the cgroup is made after clone3, while the
-  // child builds its mounts; making it first would wait behind the warm-up's grace period.
+  // thread starts at once (see cgroup_prewarm.h) and then makes (or claims) the cgroup: that
+  // needs the cgroup mutex, which the warm-up holds through its grace period, so on this thread
+  // it waits for nobody. The child is moved in after clone3, while it builds its mounts.
   CgroupLimits limits{request.limits.memory_bytes, request.limits.pids, request.limits.cpus};
   const std::string cgroup_name = absl::StrCat(::getpid(), "-", runs_++);
   std::unique_ptr<Cgroup> cgroup;
-  auto destroy = absl::MakeCleanup([&] {
-    if (cgroup) cgroup->Destroy().IgnoreError();
+  // On v1 the empty cgroup is kept for the next run (cgroup_spares.h): no rmdir here, no mkdir
+  // there.
+  auto recycle = absl::MakeCleanup([&] {
+    if (cgroup) cgroup->Recycle().IgnoreError();
   });
+  // Declared before the warm-up, which writes them from its thread: destroyed after its join.
+  // Whoever comes first makes the cgroup: on a busy machine the thread may not have run by the
+  // time clone3 returns, and waiting for it would cost more than doing it here.
+  std::atomic<bool> cgroup_claimed{false};
+  absl::StatusOr<std::unique_ptr<Cgroup>> made = absl::UnknownError("no cgroup made ahead");
   std::unique_ptr<CgroupPrewarm> prewarm;
   if (layout_.kind == CgroupLayout::Kind::kV2) {
     ASSIGN_OR_RETURN(cgroup, Cgroup::Create(layout_, cgroup_name, limits));
   } else {
-    prewarm = CgroupPrewarm::Start(layout_);
+    prewarm = CgroupPrewarm::Start(layout_, "/proc/self/cgroup", [&] {
+      if (!cgroup_claimed.exchange(true)) made = Cgroup::Create(layout_, cgroup_name, limits);
+    });
   }
-  // Runs that died without cleaning up left cgroups behind (their names start with a pid that
-  // no longer exists); remove them off the command's path.
-  std::thread stale_cleanup([this] { CleanupStaleCgroups(layout_).IgnoreError(); });
-  auto join_cleanup = absl::MakeCleanup([&] { stale_cleanup.join(); });
   const absl::Time cgroup_ready = absl::Now();
   ASSIGN_OR_RETURN(const SeccompProgram* seccomp, Seccomp());
   const absl::Time seccomp_ready = absl::Now();
@@ -205,15 +224,30 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   plan.seccomp_listener = seccomp->notifies();
   plan.Finalize();
 
+  // The network namespace made meanwhile. If that failed (or the plan has no room for one more
+  // descriptor), clone3 makes the namespace and the child brings lo up and mounts sysfs, as
+  // before: slower, the same sandbox.
+  absl::StatusOr<PreparedNetwork> net = network->Take();
+  const absl::Time network_ready = absl::Now();
+  const bool prepared_net = net.ok() && mounts.UseDetachedSysfs(net->sysfs.get());
+  plan.loopback_ready = prepared_net;
+
   SpawnOptions spawn;
   spawn.cgroup = cgroup.get();
   spawn.make_cgroup = [&]() -> absl::StatusOr<Cgroup*> {
-    ASSIGN_OR_RETURN(cgroup, Cgroup::Create(layout_, cgroup_name, limits));
+    if (prewarm && cgroup_claimed.exchange(true)) {
+      prewarm->Wait();
+      ASSIGN_OR_RETURN(cgroup, std::move(made));
+    } else {
+      ASSIGN_OR_RETURN(cgroup, Cgroup::Create(layout_, cgroup_name, limits));
+    }
     return cgroup.get();
   };
   spawn.pipe_stdin = request.stdin_fd >= 0;
   if (egress) spawn.before_start = [&](int pidfd) { return egress->Attach(pidfd); };
+  if (prepared_net) spawn.netns_fd = net->netns.get();
   ASSIGN_OR_RETURN(SandboxProcess proc, SpawnSandbox(plan, spawn));
+  if (net.ok()) *net = PreparedNetwork{};  // the child has them now
 
   SuperviseOptions watch;
   watch.wall_timeout = request.limits.wall_timeout;
@@ -241,7 +275,9 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
     std::vector<std::pair<const char*, absl::Time>> timeline = {
         {"cgroup ready (v2) or warm-up started (v1)", cgroup_ready},
         {"seccomp ready", seccomp_ready},
-        {"mount plan", planned}};
+        {mounts.root_prebuilt() ? "mount plan, root tree built" : "mount plan", planned},
+        {prepared_net ? "network namespace ready" : "network namespace not prepared",
+         network_ready}};
     timeline.insert(timeline.end(), proc.timeline.begin(), proc.timeline.end());
     timeline.emplace_back("supervision done", absl::Now());
     for (const auto& [phase, at] : timeline) {

@@ -2,7 +2,9 @@
 //
 // A Runner holds what is computed once per process and policy: the cgroup layout, the compiled
 // seccomp program, the id mapping. Run() then prepares the per-sandbox data (mount plan, argv,
-// env, cgroup), clones, supervises and cleans up.
+// env, cgroup), clones, supervises and cleans up. The first sandbox's network namespace is
+// already being made when Create() returns (netns_prep.h), so that it overlaps whatever the
+// caller does before Run(); later runs start theirs when they begin.
 #pragma once
 
 #include <memory>
@@ -16,6 +18,7 @@
 #include "sandbox/cgroup_prewarm.h"
 #include "sandbox/egress/sandbox_egress.h"
 #include "sandbox/mounts.h"
+#include "sandbox/netns_prep.h"
 #include "sandbox/policy.h"
 #include "sandbox/result.h"
 #include "sandbox/seccomp_filter.h"
@@ -52,8 +55,9 @@ class Runner {
   const CgroupLayout& cgroup_layout() const { return layout_; }
 
  private:
-  Runner(CgroupLayout layout, IdMapping ids, int last_cap)
-      : layout_(std::move(layout)), ids_(ids), last_cap_(last_cap) {}
+  Runner(CgroupLayout layout, IdMapping ids, int last_cap,
+         std::unique_ptr<NetworkPreparation> network)
+      : layout_(std::move(layout)), ids_(ids), last_cap_(last_cap), network_(std::move(network)) {}
 
   // Built on first use, in the shadow of the cgroup warm-up (see Run).
   absl::StatusOr<const SeccompProgram*> Seccomp();
@@ -63,6 +67,7 @@ class Runner {
   IdMapping ids_;
   int last_cap_;
   uint64_t runs_ = 0;
+  std::unique_ptr<NetworkPreparation> network_;  // for the next Run, if already started
 };
 
 // The environment every command starts with, before the policy's and the request's variables.

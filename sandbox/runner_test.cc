@@ -7,10 +7,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "sandbox/host_view.h"
 
 namespace moat::sandbox {
@@ -97,6 +102,80 @@ TEST_F(RunnerTest, CpuTimeoutComesFromTheCgroup) {
   EXPECT_EQ(r->status, RunStatus::kCpuTimeout);
   EXPECT_GE(r->cpu_seconds, 0.3);
   EXPECT_LT(r->cpu_seconds, 2.0);
+}
+
+// Runs after one that hit every limit: with cgroup v1 they get its cgroup back (cgroup_spares.h),
+// and nothing of that run may show in theirs.
+TEST_F(RunnerTest, NothingOfARunThatHitTheLimitsShowsInTheNext) {
+  // Forks until the pids limit refuses one, then grows past the memory limit.
+  RunRequest bomb = Request({"/usr/bin/python3", "-c",
+                             "import os, signal\n"
+                             "try:\n"
+                             "  while True:\n"
+                             "    if os.fork() == 0: signal.pause()\n"
+                             "except OSError: pass\n"
+                             "b = bytearray(64 << 20)\n"
+                             "b[::4096] = b'x' * len(b[::4096])\n"});
+  bomb.limits.memory_bytes = 32 << 20;
+  bomb.limits.pids = 16;
+  bomb.limits.cpu_timeout = absl::Seconds(10);
+  absl::StatusOr<RunResult> first = runner_->Run(bomb);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->status, RunStatus::kOomKilled);
+  auto has = [](const RunResult& r, const std::string& kind) {
+    return std::any_of(r.violations.begin(), r.violations.end(),
+                       [&](const Violation& v) { return v.kind == kind; });
+  };
+  EXPECT_TRUE(has(*first, "memory"));
+  EXPECT_TRUE(has(*first, "pids"));
+  EXPECT_GE(first->peak_memory_bytes, 16u << 20);
+
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<RunResult> next = runner_->Run(Request({"/bin/true"}));
+    ASSERT_TRUE(next.ok()) << next.status();
+    EXPECT_EQ(next->status, RunStatus::kExited);
+    EXPECT_FALSE(has(*next, "memory")) << "an OOM kill of an earlier run";
+    EXPECT_FALSE(has(*next, "pids")) << "refused forks of an earlier run";
+    EXPECT_LT(next->peak_memory_bytes, 8u << 20) << "the earlier run's peak";
+    EXPECT_LT(next->cpu_seconds, first->cpu_seconds);
+  }
+}
+
+// The root the supervisor builds (root_tree.h) and the one the child builds on older kernels are
+// the same view: entries, owners, modes, what is writable, and the same mounts (in another order).
+TEST_F(RunnerTest, SupervisorBuiltAndChildBuiltRootsLookTheSame) {
+  const std::string script =
+      "ls -la / /dev /tmp /workspace /dev/shm /run | sed 's/ [A-Z][a-z][a-z] .[0-9] ..:.. / /'\n"
+      "stat -c '%n %U %G %a' / /tmp /workspace /dev /dev/shm /run /dev/pts /bin\n"
+      "for p in /tmp/a /workspace/a /dev/shm/a /usr/a /a /run/a /dev/a; do\n"
+      "  (echo x > $p) 2>/dev/null && echo \"$p writable\" || echo \"$p read-only\"\n"
+      "done\n"
+      "echo hi > /dev/null && head -c 4 /dev/zero | wc -c\n"
+      "sed -E 's/^[0-9]+ [0-9]+ [0-9]+:[0-9]+ //' /proc/self/mountinfo | sort\n";
+  std::string outputs[2];
+  for (bool prebuild : {true, false}) {
+    RunRequest req = Request({"/bin/sh", "-c", script});
+    req.mounts.prebuild_root = prebuild;
+    absl::StatusOr<RunResult> r = runner_->Run(req);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status, RunStatus::kExited) << r->stderr_text.text;
+    outputs[prebuild] = r->stdout_text.text;
+  }
+  EXPECT_THAT(outputs[true], HasSubstr("/tmp/a writable\n/workspace/a writable\n"
+                                       "/dev/shm/a writable\n/usr/a read-only\n/a read-only\n"
+                                       "/run/a read-only\n/dev/a read-only\n4\n"));
+  // /proc's link count is the number of processes, which tests running beside this one change;
+  // it also sets the width of ls's link-count column, so runs of spaces count as one.
+  auto without_proc = [](const std::string& s) {
+    std::string out;
+    for (absl::string_view line : absl::StrSplit(s, '\n')) {
+      if (absl::EndsWith(line, " proc")) continue;
+      absl::StrAppend(&out, absl::StrJoin(absl::StrSplit(line, ' ', absl::SkipEmpty()), " "),
+                      "\n");
+    }
+    return out;
+  };
+  EXPECT_EQ(without_proc(outputs[true]), without_proc(outputs[false]));
 }
 
 // Regression: with a second thread in the supervisor, the cloned child used to hang in glibc's

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/sched.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -10,6 +11,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/cleanup/cleanup.h"
@@ -155,14 +158,32 @@ absl::StatusOr<SandboxProcess> SpawnSandbox(ContainPlan& plan, const SpawnOption
     args.flags |= CLONE_INTO_CGROUP;
     args.cgroup = static_cast<uint64_t>(cgroup_fd);
   }
+  // A prepared network namespace: this thread enters it just for clone3, so the child starts in
+  // it, and leaves it right after (setns on a network namespace is per thread).
+  UniqueFd own_netns;
+  if (options.netns_fd >= 0) {
+    own_netns.reset(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+    if (!own_netns) return ErrnoStatus("open the supervisor's network namespace");
+    if (::setns(options.netns_fd, CLONE_NEWNET) != 0) {
+      return ErrnoStatus("enter the sandbox's prepared network namespace (setns)");
+    }
+    args.flags &= ~static_cast<uint64_t>(CLONE_NEWNET);
+  }
   long pid = ::syscall(SYS_clone3, &args, sizeof(args));
+  if (pid == 0) ContainAndRun(plan);  // never returns
+  int clone_errno = errno;
+  if (own_netns && ::setns(own_netns.get(), CLONE_NEWNET) != 0) {
+    // This thread would go on working inside the sandbox's network namespace.
+    std::perror("moat: return to the supervisor's network namespace (setns)");
+    std::abort();
+  }
+  errno = clone_errno;
   if (pid < 0) {
     int e = errno;
     return absl::Status(ErrnoToCode(e),
                         absl::StrCat("sandbox setup failed at step: clone3 into new namespaces: ",
                                      strerror(e), " (", Advice("clone", e), ")"));
   }
-  if (pid == 0) ContainAndRun(plan);  // never returns
 
   proc.pid = static_cast<pid_t>(pid);
   proc.pidfd.reset(pidfd);

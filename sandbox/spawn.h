@@ -42,6 +42,9 @@ struct SpawnOptions {
   // mounts (cgroup v1: creating and moving into it then overlap the child's work). One is required.
   Cgroup* cgroup = nullptr;
   std::function<absl::StatusOr<Cgroup*>()> make_cgroup;
+  // A network namespace made ahead (netns_prep.h) for the child to be born in; -1: clone3 makes
+  // a new one. With one, the plan's `loopback_ready` should be set (its lo is up already).
+  int netns_fd = -1;
   absl::Duration setup_timeout = absl::Seconds(10);
 };
 

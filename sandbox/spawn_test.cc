@@ -6,6 +6,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "sandbox/caps.h"
 #include "sandbox/cgroup_v2.h"
 #include "sandbox/host_view.h"
+#include "sandbox/netns_prep.h"
 #include "sandbox/rlimits.h"
 #include "sandbox/supervisor.h"
 
@@ -43,8 +45,10 @@ class SpawnV2Test : public ::testing::Test {
     }
   }
 
-  // Runs `argv` in a sandbox born in cgroup_ and returns the result.
-  absl::StatusOr<RunResult> Run(std::vector<std::string> argv) {
+  // Runs `argv` in a sandbox born in cgroup_ (and in `net`'s namespace when given) and returns
+  // the result.
+  absl::StatusOr<RunResult> Run(std::vector<std::string> argv,
+                                const PreparedNetwork* net = nullptr) {
     HostContext host;
     host.home = "/nonexistent-home";
     absl::StatusOr<MountOptions> options = MountOptionsFor(Policy{}, host, std::nullopt);
@@ -69,6 +73,13 @@ class SpawnV2Test : public ::testing::Test {
     plan.Finalize();
 
     SpawnOptions spawn;
+    if (net != nullptr) {
+      if (!mounts->UseDetachedSysfs(net->sysfs.get())) {
+        return absl::InternalError("the plan took no sysfs");
+      }
+      plan.loopback_ready = true;
+      spawn.netns_fd = net->netns.get();
+    }
     spawn.cgroup = cgroup_.get();
     spawn.make_cgroup = []() -> absl::StatusOr<Cgroup*> {
       ADD_FAILURE() << "the cgroup was given; nothing should be made after clone3";
@@ -96,6 +107,30 @@ TEST_F(SpawnV2Test, ChildIsBornInItsCgroupAndIsAccounted) {
   EXPECT_EQ(r->status, RunStatus::kExited);
   EXPECT_EQ(r->stdout_text.text, "0::/\ndone\n");
   EXPECT_GT(r->cpu_seconds, 0.0);
+}
+
+// The path moat takes by default (netns_prep.h): born in a namespace made ahead, whose lo is up
+// and whose sysfs is attached at /sys; the supervisor's thread is back in its own namespace.
+TEST_F(SpawnV2Test, ChildIsBornInAPreparedNetworkNamespace) {
+  absl::StatusOr<PreparedNetwork> net = PrepareNetwork();
+  ASSERT_TRUE(net.ok()) << net.status();
+  struct stat ns;
+  ASSERT_EQ(::fstat(net->netns.get(), &ns), 0);
+  struct stat own_before;
+  ASSERT_EQ(::stat("/proc/thread-self/ns/net", &own_before), 0);
+  absl::StatusOr<RunResult> r = Run({"/bin/sh", "-c",
+                                     "readlink /proc/self/ns/net; ls /sys/class/net; "
+                                     "cat /sys/class/net/lo/flags; cat /proc/net/dev | wc -l; "
+                                     "grep -c ' /sys .*sysfs' /proc/self/mountinfo"},
+                                    &*net);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, RunStatus::kExited) << r->stderr_text.text;
+  // lo's flags: IFF_UP | IFF_LOOPBACK | IFF_RUNNING as sysfs prints them (0x9 plus running is
+  // not shown there); /proc/net/dev: two header lines and lo.
+  EXPECT_EQ(r->stdout_text.text, absl::StrCat("net:[", ns.st_ino, "]\nlo\n0x9\n3\n1\n"));
+  struct stat own_after;
+  ASSERT_EQ(::stat("/proc/thread-self/ns/net", &own_after), 0);
+  EXPECT_EQ(own_after.st_ino, own_before.st_ino);
 }
 
 TEST_F(SpawnV2Test, ViolationsAreReportedThroughTheListener) {

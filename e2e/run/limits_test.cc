@@ -86,6 +86,28 @@ TEST_F(E2eTest, MemoryBombIsOomKilled) {
   EXPECT_THAT(plain.err, HasSubstr("memory limit")) << plain.err;
 }
 
+// moat keeps finished sandboxes' cgroups for the next run (cgroup v1); what one run did must not
+// show in the results of the runs after it.
+TEST_F(E2eTest, RunsAfterAnOomKillAndAForkBombReportOnlyThemselves) {
+  nlohmann::json bomb = RunJson({"--memory", "32M", "--wall-timeout", "20s"}, {Attack("mem_bomb")});
+  ASSERT_TRUE(bomb.is_object());
+  EXPECT_EQ(bomb["status"], "oom_killed") << Describe(bomb);
+  nlohmann::json forks =
+      RunJson({"--pids", "20", "--wall-timeout", "20s"}, {Attack("fork_probe"), "procs"});
+  ASSERT_TRUE(forks.is_object());
+  EXPECT_TRUE(HasViolation(forks, "pids", "refused")) << Describe(forks);
+  for (int i = 0; i < 3; ++i) {
+    nlohmann::json r = RunJson({}, {"/bin/true"});
+    ASSERT_TRUE(r.is_object());
+    EXPECT_EQ(r["status"], "exited") << Describe(r);
+    EXPECT_TRUE(r["violations"].empty()) << "an earlier run's OOM kill or refused forks\n"
+                                         << Describe(r);
+    uint64_t peak = r["peak_memory_bytes"];
+    EXPECT_LT(peak, 8u << 20) << "an earlier run's peak memory\n" << Describe(r);
+    EXPECT_LT(r["cpu_seconds"].get<double>(), 0.5) << Describe(r);
+  }
+}
+
 TEST_F(E2eTest, InodeExhaustionIsBoundedByTheMemoryLimit) {
   for (const char* where : {"/tmp", "/workspace", "/dev/shm"}) {
     nlohmann::json r = RunJson({"--memory", "32M", "--wall-timeout", "20s"},

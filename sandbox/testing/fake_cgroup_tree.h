@@ -117,10 +117,12 @@ class FakeCgroupTree {
       } else if (c == "memory") {
         Write(dir + "/memory.limit_in_bytes", "9223372036854771712\n");
         Write(dir + "/memory.max_usage_in_bytes", "0\n");
+        Write(dir + "/memory.usage_in_bytes", "0\n");
         Write(dir + "/memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n");
         if (memsw) Write(dir + "/memory.memsw.limit_in_bytes", "9223372036854771712\n");
       } else if (c == "pids") {
         Write(dir + "/pids.max", "max\n");
+        Write(dir + "/pids.events", "max 0\n");
       } else if (c == "freezer") {
         Write(dir + "/freezer.state", "THAWED\n");
       } else if (c == "cpuset") {
