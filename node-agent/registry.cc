@@ -86,6 +86,10 @@ absl::StatusOr<SandboxRecord> Registry::BeginRecycle(absl::string_view id) {
     return absl::FailedPreconditionError(
         absl::StrCat("sandbox \"", id, "\" is already being deleted"));
   }
+  if (it->second.state == SandboxState::kCreating) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sandbox \"", id, "\" is still being created; retry in a moment"));
+  }
   it->second.state = SandboxState::kRecycling;
   it->second.last_transition = now;
   return it->second;

@@ -53,7 +53,8 @@ class Registry {
   absl::StatusOr<SandboxRecord> Get(absl::string_view id) const;
   std::vector<SandboxRecord> List() const;  // Sorted by creation time, then id.
   absl::Status SetState(absl::string_view id, SandboxState state);
-  // Moves a ready or running sandbox to recycling; FailedPrecondition if already recycling.
+  // Moves a ready, running or failed sandbox to recycling. FailedPrecondition if it is still
+  // being created (its backend Create has not returned) or already recycling.
   absl::StatusOr<SandboxRecord> BeginRecycle(absl::string_view id);
   // Sets a new expiry. InvalidArgument if it is not in the future; FailedPrecondition if the
   // sandbox is being recycled; NotFound.
