@@ -91,6 +91,7 @@ absl::StatusOr<CreatedSandbox> FakeBackend::Create(const SandboxSpec& spec) {
 
 absl::StatusOr<CleanupReport> FakeBackend::Destroy(absl::string_view id) {
   absl::MutexLock lock(&mu_);
+  if (!next_destroy_status_.ok()) return std::exchange(next_destroy_status_, absl::OkStatus());
   CleanupReport report;
   if (sandboxes_.erase(id) == 1) {
     report.processes_killed = 1;  // Its init.
@@ -264,6 +265,11 @@ absl::StatusOr<CleanupReport> FakeBackend::CleanLeftovers() {
 void FakeBackend::FailNextCreate(absl::Status status) {
   absl::MutexLock lock(&mu_);
   next_create_status_ = std::move(status);
+}
+
+void FakeBackend::FailNextDestroy(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  next_destroy_status_ = std::move(status);
 }
 
 void FakeBackend::SetNodeStatus(absl::Status status) {

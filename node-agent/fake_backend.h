@@ -50,6 +50,7 @@ class FakeBackend final : public SandboxBackend {
 
   // Knobs and observations for tests.
   void FailNextCreate(absl::Status status);
+  void FailNextDestroy(absl::Status status);
   void SetNodeStatus(absl::Status status);
   void SetUsage(const NodeUsage& usage);
   void SetExecHandler(ExecHandler handler);
@@ -76,6 +77,7 @@ class FakeBackend final : public SandboxBackend {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Sandbox> sandboxes_ ABSL_GUARDED_BY(mu_);
   absl::Status next_create_status_ ABSL_GUARDED_BY(mu_);
+  absl::Status next_destroy_status_ ABSL_GUARDED_BY(mu_);
   absl::Status node_status_ ABSL_GUARDED_BY(mu_);
   NodeUsage usage_ ABSL_GUARDED_BY(mu_);
   ExecHandler handler_ ABSL_GUARDED_BY(mu_);
