@@ -107,6 +107,13 @@ bool HttpApi::Authorized(const httplib::Request& req, httplib::Response& res) co
 void HttpApi::Routes() {
   httplib::Server& s = *server_;
   s.set_payload_max_length(options_.max_request_bytes);
+  // httplib's default is SO_REUSEPORT, which lets a second agent (or any root process) bind the
+  // same port and silently take half the connections. SO_REUSEADDR alone still allows a quick
+  // restart (TIME_WAIT) but makes a second bind fail with EADDRINUSE.
+  s.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     return Authorized(req, res) ? httplib::Server::HandlerResponse::Unhandled
                                 : httplib::Server::HandlerResponse::Handled;

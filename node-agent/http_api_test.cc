@@ -44,6 +44,7 @@ class HttpApiTest : public ::testing::Test {
     api_ = std::move(*api);
     auto port = api_->Start("127.0.0.1", 0);
     ASSERT_TRUE(port.ok()) << port.status();
+    port_ = *port;
     client_ = std::make_unique<httplib::Client>("127.0.0.1", *port);
     client_->set_connection_timeout(5);
     client_->set_read_timeout(5);
@@ -91,6 +92,7 @@ class HttpApiTest : public ::testing::Test {
   AgentMetrics metrics_{{"default", "python"}};
   SandboxService service_{&config_, &backend_, &registry_, &metrics_, &clock_};
   std::unique_ptr<HttpApi> api_;
+  int port_ = 0;
   std::unique_ptr<httplib::Client> client_;
 };
 
@@ -280,6 +282,13 @@ TEST_F(HttpApiTest, PerSandboxApiTakesOnlyThatSandboxsToken) {
   ExpectError(Call("GET", "/v1/sandboxes/sb-nope/execd/ping", "",
                    {{"X-EXECD-ACCESS-TOKEN", std::string(a["token"])}}),
               401, "UNAUTHORIZED");
+}
+
+TEST_F(HttpApiTest, ASecondServerCannotTakeThePort) {
+  auto second = HttpApi::Create(&service_, HttpApiOptions{kNodeToken, kMaxBody, std::nullopt});
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ((*second)->Start("127.0.0.1", port_).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Call("GET", "/health").first, 200);
 }
 
 TEST_F(HttpApiTest, MetricsReflectState) {
