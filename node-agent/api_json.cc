@@ -1,8 +1,11 @@
 #include "node-agent/api_json.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -20,12 +23,36 @@ absl::Status Bad(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("\"", field, "\" ", what));
 }
 
+// Deeper documents are refused: serializing them (dump) recurses once per level, on an HTTP
+// thread's stack. The runtime's policy parser allows 32 levels; a request adds two.
+constexpr int kMaxDepth = 40;
+
+// The nesting depth of `doc`, walked without recursion (the document is untrusted).
+int Depth(const json& doc) {
+  int deepest = 0;
+  std::vector<std::pair<const json*, int>> stack = {{&doc, 1}};
+  while (!stack.empty()) {
+    auto [node, depth] = stack.back();
+    stack.pop_back();
+    deepest = std::max(deepest, depth);
+    if (depth > kMaxDepth) break;
+    if (node->is_structured()) {
+      for (const json& child : *node) stack.push_back({&child, depth + 1});
+    }
+  }
+  return deepest;
+}
+
 absl::StatusOr<json> ParseObject(absl::string_view body) {
   json doc = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) {
     return absl::InvalidArgumentError("the body is not valid JSON; send a JSON object");
   }
   if (!doc.is_object()) return absl::InvalidArgumentError("the body must be a JSON object");
+  if (Depth(doc) > kMaxDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the body nests deeper than ", kMaxDepth, " levels; flatten it"));
+  }
   return doc;
 }
 

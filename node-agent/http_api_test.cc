@@ -3,8 +3,11 @@
 
 #include <httplib.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -217,6 +220,53 @@ TEST_F(HttpApiTest, MalformedBodiesAndWrongTypesAre400) {
   }
   EXPECT_EQ(registry_.size(), 1u);
   EXPECT_EQ(backend_.live_sandboxes(), 1);
+}
+
+TEST_F(HttpApiTest, DeeplyNestedJsonIs400NotACrash) {
+  std::string deep(kMaxBody - 100, '[');
+  ExpectError(Call("POST", "/v1/sandboxes", deep), 400, "INVALID_REQUEST");
+  std::string nested = R"({"profile": "default", "policy": )" + std::string(20000, '[') +
+                       std::string(20000, ']') + "}";
+  ExpectError(Call("POST", "/v1/sandboxes", nested), 400, "INVALID_REQUEST");
+  std::string objects = R"({"profile": "default", "policy": )";
+  for (int i = 0; i < 8000; ++i) objects += R"({"a":)";
+  objects += "1" + std::string(8000, '}') + "}";
+  EXPECT_THAT(ExpectError(Call("POST", "/v1/sandboxes", objects), 400, "INVALID_REQUEST"),
+              HasSubstr("nests deeper"));
+  EXPECT_EQ(Call("GET", "/health").first, 200);
+}
+
+TEST_F(HttpApiTest, ConcurrentCreatesAndDeletesStayConsistent) {
+  constexpr int kThreads = 6;
+  constexpr int kRounds = 20;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, port = port_] {
+      httplib::Client client("127.0.0.1", port);
+      httplib::Headers auth = {{"Authorization", std::string("Bearer ") + kNodeToken}};
+      for (int i = 0; i < kRounds; ++i) {
+        auto created =
+            client.Post("/v1/sandboxes", auth, R"({"profile": "default"})", "application/json");
+        if (!created || created->status != 201) {
+          ++failures;
+          continue;
+        }
+        std::string id = json::parse(created->body)["id"];
+        // Keep every other sandbox, delete the rest.
+        if (i % 2 == 1) {
+          auto deleted = client.Delete("/v1/sandboxes/" + id, auth);
+          if (!deleted || deleted->status != 200) ++failures;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(registry_.size(), static_cast<size_t>(kThreads * kRounds / 2));
+  EXPECT_EQ(backend_.live_sandboxes(), kThreads * kRounds / 2);
+  EXPECT_THAT(Call("GET", "/metrics").second, HasSubstr("moat_sandboxes{state=\"ready\"} " +
+                                                        std::to_string(kThreads * kRounds / 2)));
 }
 
 TEST_F(HttpApiTest, UnknownProfileIs400AndNamesTheProfiles) {
