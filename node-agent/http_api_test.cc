@@ -177,6 +177,7 @@ TEST_F(HttpApiTest, ExpiredSandboxesAreRecycled) {
   EXPECT_EQ(service_.DeleteExpired(), 0);
   clock_.Advance(absl::Seconds(1));
   EXPECT_EQ(service_.DeleteExpired(), 1);
+  ASSERT_TRUE(service_.WaitRecycled(absl::Seconds(10)));
   EXPECT_FALSE(backend_.Exists(id));
   ExpectError(Call("GET", "/v1/sandboxes/" + id), 404, "NOT_FOUND");
 }

@@ -56,7 +56,13 @@ absl::StatusOr<std::string> NewSandboxId() {
 
 SandboxService::SandboxService(const AgentConfig* config, SandboxBackend* backend,
                                Registry* registry, AgentMetrics* metrics, const Clock* clock)
-    : config_(config), backend_(backend), registry_(registry), metrics_(metrics), clock_(clock) {}
+    : config_(config),
+      backend_(backend),
+      registry_(registry),
+      metrics_(metrics),
+      clock_(clock),
+      recycle_queue_(config->recycle_per_second,
+                     [this](const std::string& id) { Recycle(id).IgnoreError(); }) {}
 
 absl::StatusOr<SandboxRecord> SandboxService::Create(const CreateRequest& request) {
   const ProfileConfig* profile = config_->FindProfile(request.profile);
@@ -145,7 +151,7 @@ int SandboxService::DeleteExpired() {
   std::vector<std::string> expired = registry_->TakeExpired();
   for (const std::string& id : expired) {
     LogInfo(absl::StrCat("sandbox ", id, " expired"));
-    Recycle(id).IgnoreError();  // Logged in Recycle.
+    recycle_queue_.Enqueue(id);  // Recycle logs the outcome.
   }
   return static_cast<int>(expired.size());
 }
@@ -164,6 +170,7 @@ absl::Status SandboxService::Health() { return backend_->CheckNode(); }
 
 std::string SandboxService::MetricsText() {
   metrics_->SetSandboxes(registry_->CountByState());
+  metrics_->SetRecycleBacklog(recycle_queue_.backlog());
   metrics_->SetNodeUsage(backend_->Usage());
   return metrics_->Serialize();
 }

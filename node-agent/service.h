@@ -15,6 +15,7 @@
 #include "node-agent/clock.h"
 #include "node-agent/config.h"
 #include "node-agent/metrics.h"
+#include "node-agent/recycle_queue.h"
 #include "node-agent/registry.h"
 
 namespace moat::agent {
@@ -45,8 +46,11 @@ class SandboxService {
   absl::StatusOr<CleanupReport> Delete(absl::string_view id);
   // New expiry: now + ttl, at most api.max_ttl from now.
   absl::StatusOr<absl::Time> Renew(absl::string_view id, absl::Time expires_at);
-  // Deletes every sandbox whose time is up; returns how many.
+  // Queues every sandbox whose time is up for recycling (the rate-limited recycle queue);
+  // returns how many. An explicit Delete is not queued: its caller waits for the report.
   int DeleteExpired();
+  // Until the recycle queue is empty (tests, shutdown); false on timeout.
+  bool WaitRecycled(absl::Duration timeout) const { return recycle_queue_.WaitEmpty(timeout); }
   // At start: what a crashed agent left behind, cleaned.
   absl::StatusOr<CleanupReport> CleanLeftovers();
   bool TokenMatches(absl::string_view id, absl::string_view token) const;
@@ -64,6 +68,8 @@ class SandboxService {
   Registry* registry_;
   AgentMetrics* metrics_;
   const Clock* clock_;
+  // Last: destroyed first, so its thread stops before the members its callback uses.
+  RecycleQueue recycle_queue_;
 };
 
 }  // namespace moat::agent

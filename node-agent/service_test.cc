@@ -90,6 +90,25 @@ TEST_F(ServiceTest, RenewIsCappedByMaxTtl) {
       absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(ServiceTest, ExpiredSandboxesGoThroughTheRateLimitedQueue) {
+  ASSERT_EQ(config_.recycle_per_second, 10);  // The default: 100 ms apart.
+  for (int i = 0; i < 4; ++i) {
+    CreateRequest request{"python"};
+    request.ttl = absl::Seconds(5);
+    ASSERT_TRUE(service_.Create(request).ok());
+  }
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_EQ(service_.DeleteExpired(), 4);
+  EXPECT_EQ(service_.DeleteExpired(), 0);  // Already queued.
+  // The first goes at once, the other three wait their turn: the backlog shows them.
+  EXPECT_THAT(service_.MetricsText(), ::testing::ContainsRegex("moat_recycle_backlog [234]"));
+  ASSERT_TRUE(service_.WaitRecycled(absl::Seconds(10)));
+  EXPECT_EQ(backend_.live_sandboxes(), 0);
+  EXPECT_EQ(registry_.size(), 0u);
+  EXPECT_THAT(service_.MetricsText(), HasSubstr("moat_recycle_backlog 0\n"));
+  EXPECT_THAT(service_.MetricsText(), HasSubstr("moat_recycle_duration_seconds_count 4\n"));
+}
+
 TEST_F(ServiceTest, CleanLeftoversReportsWhatTheBackendFound) {
   CleanupReport left;
   left.mounts_unmounted = 2;
