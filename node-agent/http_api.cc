@@ -120,12 +120,13 @@ void HttpApi::Routes() {
   });
   // httplib calls this for every response >= 400; ours already carry a JSON body, while its own
   // (no route, body too large, bad request line) do not.
-  s.set_error_handler(
-      httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
+  s.set_error_handler(httplib::Server::HandlerWithResponse(
+      [limit = options_.max_request_bytes](const httplib::Request&, httplib::Response& res) {
         if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
         std::string message =
             res.status == 413
-                ? "the request body is too large"
+                ? absl::StrCat("the request body is larger than ", limit,
+                               " bytes (the agent's api.max_request_bytes); send less")
                 : (res.status == 404 ? "no such endpoint; see api/node-agent.yaml" : "bad request");
         SendError(res, res.status, message);
         return httplib::Server::HandlerResponse::Handled;

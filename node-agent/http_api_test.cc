@@ -281,7 +281,8 @@ TEST_F(HttpApiTest, UnknownProfileIs400AndNamesTheProfiles) {
 TEST_F(HttpApiTest, OversizedBodyIs413) {
   std::string huge =
       R"({"profile": "default", "metadata": {"x": ")" + std::string(kMaxBody + 1, 'a') + "\"}}";
-  ExpectError(Call("POST", "/v1/sandboxes", huge), 413, "PAYLOAD_TOO_LARGE");
+  EXPECT_THAT(ExpectError(Call("POST", "/v1/sandboxes", huge), 413, "PAYLOAD_TOO_LARGE"),
+              HasSubstr("larger than 65536 bytes"));
   EXPECT_EQ(backend_.live_sandboxes(), 0);
   // The server still answers afterwards.
   EXPECT_EQ(Call("GET", "/health").first, 200);
