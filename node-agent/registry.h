@@ -41,7 +41,6 @@ struct SandboxRecord {
   std::map<std::string, std::string> env;  // Given to every command in the sandbox.
   Limits limits;
   std::string token;  // The per-sandbox API's bearer token. Never logged.
-  int running_commands = 0;
 };
 
 class Registry {
