@@ -1,0 +1,304 @@
+#include "node-agent/config.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "sandbox/util/status_macros.h"
+#include "yaml-cpp/yaml.h"
+
+namespace moat::agent {
+namespace {
+
+// Reads one YAML document, checking keys and types; every error names file, line and key.
+class Reader {
+ public:
+  explicit Reader(absl::string_view source) : source_(source) {}
+
+  absl::Status Error(const YAML::Node& node, absl::string_view key, absl::string_view what) const {
+    std::string where(source_);
+    if (node.IsDefined() && node.Mark().line >= 0)
+      absl::StrAppend(&where, ":", node.Mark().line + 1);
+    return absl::InvalidArgumentError(absl::StrCat(where, ": \"", key, "\" ", what));
+  }
+
+  absl::Status CheckMap(const YAML::Node& node, absl::string_view key,
+                        const std::set<std::string>& allowed) const {
+    if (!node.IsDefined() || !node.IsMap())
+      return Error(node, key, "must be a mapping of keys to values");
+    for (const auto& kv : node) {
+      std::string name = kv.first.Scalar();
+      if (!allowed.contains(name)) {
+        std::string full = key.empty() ? name : absl::StrCat(key, ".", name);
+        return Error(kv.first, full,
+                     absl::StrCat("is not a known key; remove it or use one of: ",
+                                  absl::StrJoin(allowed, ", ")));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::string> String(const YAML::Node& node, absl::string_view key) const {
+    if (!node.IsDefined() || !node.IsScalar() || node.Scalar().empty()) {
+      return Error(node, key, "must be a non-empty string");
+    }
+    return node.Scalar();
+  }
+
+  absl::StatusOr<std::string> AbsolutePath(const YAML::Node& node, absl::string_view key) const {
+    ASSIGN_OR_RETURN(std::string path, String(node, key));
+    if (path[0] != '/') return Error(node, key, "must be an absolute path (starting with /)");
+    return path;
+  }
+
+  absl::StatusOr<int64_t> Int(const YAML::Node& node, absl::string_view key, int64_t min,
+                              int64_t max) const {
+    int64_t value = 0;
+    if (!node.IsDefined() || !node.IsScalar() || !absl::SimpleAtoi(node.Scalar(), &value) ||
+        value < min || value > max) {
+      return Error(node, key, absl::StrCat("must be a whole number from ", min, " to ", max));
+    }
+    return value;
+  }
+
+  absl::StatusOr<double> Number(const YAML::Node& node, absl::string_view key, double min,
+                                double max) const {
+    double value = 0;
+    if (!node.IsDefined() || !node.IsScalar() || !absl::SimpleAtod(node.Scalar(), &value) ||
+        !(value >= min) || !(value <= max)) {
+      return Error(node, key, absl::StrCat("must be a number from ", min, " to ", max));
+    }
+    return value;
+  }
+
+  absl::StatusOr<absl::Duration> Duration(const YAML::Node& node, absl::string_view key,
+                                          absl::Duration min, absl::Duration max) const {
+    absl::Duration value;
+    if (!node.IsDefined() || !node.IsScalar() || !absl::ParseDuration(node.Scalar(), &value) ||
+        value < min || value > max) {
+      return Error(node, key,
+                   absl::StrCat("must be a duration such as \"5s\" or \"30m\", from ",
+                                absl::FormatDuration(min), " to ", absl::FormatDuration(max)));
+    }
+    return value;
+  }
+
+  absl::StatusOr<uint64_t> Bytes(const YAML::Node& node, absl::string_view key) const {
+    absl::StatusOr<uint64_t> value = node.IsDefined() && node.IsScalar()
+                                         ? ParseByteSize(node.Scalar())
+                                         : absl::InvalidArgumentError("");
+    if (!value.ok()) {
+      return Error(node, key, "must be a size such as \"512MiB\", \"1G\" or a number of bytes");
+    }
+    return *value;
+  }
+
+ private:
+  absl::string_view source_;
+};
+
+absl::Status ParseLimits(const Reader& r, const YAML::Node& node, const std::string& key,
+                         Limits* limits) {
+  RETURN_IF_ERROR(r.CheckMap(node, key, {"cpus", "memory", "pids", "workspace"}));
+  if (node["cpus"]) {
+    ASSIGN_OR_RETURN(limits->cpus, r.Number(node["cpus"], key + ".cpus", 0.01, 4096));
+  }
+  if (node["memory"]) {
+    ASSIGN_OR_RETURN(limits->memory_bytes, r.Bytes(node["memory"], key + ".memory"));
+  }
+  if (node["pids"]) {
+    ASSIGN_OR_RETURN(limits->pids, r.Int(node["pids"], key + ".pids", 1, 4194304));
+  }
+  if (node["workspace"]) {
+    ASSIGN_OR_RETURN(limits->workspace_bytes, r.Bytes(node["workspace"], key + ".workspace"));
+  }
+  return absl::OkStatus();
+}
+
+bool IsProfileName(absl::string_view name) {
+  if (name.empty() || name.size() > 32) return false;
+  for (char c : name) {
+    if (!absl::ascii_islower(c) && !absl::ascii_isdigit(c) && c != '-' && c != '_') return false;
+  }
+  return true;
+}
+
+absl::StatusOr<ProfileConfig> ParseProfile(const Reader& r, const YAML::Node& node,
+                                           const std::string& key) {
+  RETURN_IF_ERROR(r.CheckMap(node, key, {"name", "root", "policy", "limits", "pool"}));
+  ProfileConfig profile;
+  ASSIGN_OR_RETURN(profile.name, r.String(node["name"], key + ".name"));
+  if (!IsProfileName(profile.name)) {
+    return r.Error(node["name"], key + ".name",
+                   "must be 1 to 32 lower-case letters, digits, '-' or '_'");
+  }
+  if (node["root"]) {
+    ASSIGN_OR_RETURN(profile.root_dir, r.AbsolutePath(node["root"], key + ".root"));
+  }
+  if (node["policy"]) {
+    ASSIGN_OR_RETURN(profile.policy_file, r.AbsolutePath(node["policy"], key + ".policy"));
+  }
+  if (node["limits"])
+    RETURN_IF_ERROR(ParseLimits(r, node["limits"], key + ".limits", &profile.limits));
+  if (node["pool"]) {
+    const YAML::Node pool = node["pool"];
+    RETURN_IF_ERROR(r.CheckMap(pool, key + ".pool", {"floor", "ceiling"}));
+    if (pool["floor"]) {
+      ASSIGN_OR_RETURN(profile.pool_floor, r.Int(pool["floor"], key + ".pool.floor", 0, 10000));
+    }
+    if (pool["ceiling"]) {
+      ASSIGN_OR_RETURN(profile.pool_ceiling,
+                       r.Int(pool["ceiling"], key + ".pool.ceiling", 0, 10000));
+    } else {
+      profile.pool_ceiling = profile.pool_floor;
+    }
+    if (profile.pool_floor > profile.pool_ceiling) {
+      return r.Error(pool, key + ".pool",
+                     "has floor above ceiling; make floor at most ceiling (e.g. 5 and 50)");
+    }
+  }
+  return profile;
+}
+
+absl::StatusOr<AgentConfig> ParseRoot(const Reader& r, const YAML::Node& root) {
+  RETURN_IF_ERROR(r.CheckMap(
+      root, "",
+      {"listen", "tls", "token_file", "state_dir", "heartbeat", "recycle", "api", "profiles"}));
+  AgentConfig config;
+  if (const YAML::Node listen = root["listen"]) {
+    RETURN_IF_ERROR(r.CheckMap(listen, "listen", {"address", "port"}));
+    if (listen["address"]) {
+      ASSIGN_OR_RETURN(config.listen_address, r.String(listen["address"], "listen.address"));
+    }
+    if (listen["port"]) {
+      ASSIGN_OR_RETURN(config.port, r.Int(listen["port"], "listen.port", 0, 65535));
+    }
+  }
+  if (const YAML::Node tls = root["tls"]) {
+    RETURN_IF_ERROR(r.CheckMap(tls, "tls", {"cert", "key"}));
+    TlsConfig t;
+    ASSIGN_OR_RETURN(t.cert_file, r.AbsolutePath(tls["cert"], "tls.cert"));
+    ASSIGN_OR_RETURN(t.key_file, r.AbsolutePath(tls["key"], "tls.key"));
+    config.tls = t;
+  }
+  ASSIGN_OR_RETURN(config.token_file, r.AbsolutePath(root["token_file"], "token_file"));
+  if (root["state_dir"]) {
+    ASSIGN_OR_RETURN(config.state_dir, r.AbsolutePath(root["state_dir"], "state_dir"));
+  }
+  if (const YAML::Node hb = root["heartbeat"]) {
+    RETURN_IF_ERROR(r.CheckMap(hb, "heartbeat", {"interval", "misses"}));
+    if (hb["interval"]) {
+      ASSIGN_OR_RETURN(config.heartbeat_interval,
+                       r.Duration(hb["interval"], "heartbeat.interval", absl::Milliseconds(10),
+                                  absl::Minutes(10)));
+    }
+    if (hb["misses"]) {
+      ASSIGN_OR_RETURN(config.heartbeat_misses, r.Int(hb["misses"], "heartbeat.misses", 1, 100));
+    }
+  }
+  if (const YAML::Node recycle = root["recycle"]) {
+    RETURN_IF_ERROR(r.CheckMap(recycle, "recycle", {"per_second"}));
+    if (recycle["per_second"]) {
+      ASSIGN_OR_RETURN(config.recycle_per_second,
+                       r.Number(recycle["per_second"], "recycle.per_second", 0.01, 10000));
+    }
+  }
+  if (const YAML::Node api = root["api"]) {
+    RETURN_IF_ERROR(r.CheckMap(api, "api", {"max_request_bytes", "default_ttl", "max_ttl"}));
+    if (api["max_request_bytes"]) {
+      ASSIGN_OR_RETURN(config.max_request_bytes,
+                       r.Bytes(api["max_request_bytes"], "api.max_request_bytes"));
+    }
+    if (api["max_ttl"]) {
+      ASSIGN_OR_RETURN(config.max_ttl, r.Duration(api["max_ttl"], "api.max_ttl", absl::Seconds(1),
+                                                  absl::Hours(24 * 365)));
+    }
+    if (api["default_ttl"]) {
+      ASSIGN_OR_RETURN(config.default_ttl, r.Duration(api["default_ttl"], "api.default_ttl",
+                                                      absl::Seconds(1), config.max_ttl));
+    }
+  }
+  if (config.default_ttl > config.max_ttl) {
+    return r.Error(root["api"], "api.default_ttl", "is longer than api.max_ttl; shorten it");
+  }
+  const YAML::Node profiles = root["profiles"];
+  if (!profiles.IsDefined() || !profiles.IsSequence() || profiles.size() == 0) {
+    return r.Error(profiles, "profiles", "must be a list of at least one profile");
+  }
+  absl::flat_hash_set<std::string> names;
+  for (size_t i = 0; i < profiles.size(); ++i) {
+    std::string key = absl::StrCat("profiles[", i, "]");
+    ASSIGN_OR_RETURN(ProfileConfig profile, ParseProfile(r, profiles[i], key));
+    if (!names.insert(profile.name).second) {
+      return r.Error(profiles[i], key + ".name",
+                     absl::StrCat("repeats the profile name \"", profile.name, "\"; rename one"));
+    }
+    config.profiles.push_back(std::move(profile));
+  }
+  return config;
+}
+
+}  // namespace
+
+const ProfileConfig* AgentConfig::FindProfile(absl::string_view name) const {
+  for (const ProfileConfig& p : profiles) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
+  struct Unit {
+    absl::string_view suffix;
+    uint64_t factor;
+  };
+  // Longest suffixes first, so "MiB" is not read as "M" followed by junk.
+  static constexpr Unit kUnits[] = {
+      {"KiB", 1ULL << 10}, {"MiB", 1ULL << 20}, {"GiB", 1ULL << 30},  {"TiB", 1ULL << 40},
+      {"K", 1000ULL},      {"M", 1000000ULL},   {"G", 1000000000ULL}, {"T", 1000000000000ULL}};
+  absl::string_view number = absl::StripAsciiWhitespace(text);
+  uint64_t factor = 1;
+  for (const Unit& unit : kUnits) {
+    if (absl::EndsWith(number, unit.suffix)) {
+      number.remove_suffix(unit.suffix.size());
+      factor = unit.factor;
+      break;
+    }
+  }
+  uint64_t value = 0;
+  if (!absl::SimpleAtoi(number, &value) || (factor > 1 && value > UINT64_MAX / factor)) {
+    return absl::InvalidArgumentError(absl::StrCat("\"", text, "\" is not a size in bytes"));
+  }
+  return value * factor;
+}
+
+absl::StatusOr<AgentConfig> ParseConfig(absl::string_view yaml, absl::string_view source) {
+  Reader reader(source);
+  try {
+    YAML::Node root = YAML::Load(std::string(yaml));
+    return ParseRoot(reader, root);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ":", e.mark.line + 1, ": not valid YAML (", e.msg, "); fix the syntax"));
+  }
+}
+
+absl::StatusOr<AgentConfig> LoadConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot read the config file \"", path,
+                                            "\"; check --config and its permissions"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseConfig(text.str(), path);
+}
+
+}  // namespace moat::agent

@@ -1,0 +1,69 @@
+// The agent's configuration file (YAML), parsed and validated once at start into plain structs.
+// Unknown keys and bad values are errors that name the file, the key and what to do.
+//
+//   listen: {address: 127.0.0.1, port: 7070}
+//   tls: {cert: /etc/moat/agent.crt, key: /etc/moat/agent.key}   # optional
+//   token_file: /etc/moat/agent.token                              # required
+//   state_dir: /var/lib/moat-agent
+//   heartbeat: {interval: 5s, misses: 3}
+//   recycle: {per_second: 10}
+//   api: {max_request_bytes: 1MiB, default_ttl: 30m, max_ttl: 24h}
+//   profiles:
+//     - name: python
+//       root: /srv/moat/roots/python        # default "/": the host root, read-only
+//       policy: /etc/moat/policies/python.yaml
+//       limits: {cpus: 1, memory: 512MiB, pids: 256, workspace: 1GiB}
+//       pool: {floor: 5, ceiling: 50}
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "node-agent/limits.h"
+
+namespace moat::agent {
+
+struct ProfileConfig {
+  std::string name;            // [a-z0-9_-]{1,32}; unique.
+  std::string root_dir = "/";  // Absolute; becomes the sandbox's read-only "/".
+  std::string policy_file;     // Absolute path of the default policy; empty: runtime default.
+  Limits limits;
+  int pool_floor = 0;    // Warm sandboxes kept at least...
+  int pool_ceiling = 0;  // ...and at most; floor <= ceiling.
+};
+
+struct TlsConfig {
+  std::string cert_file;
+  std::string key_file;
+};
+
+struct AgentConfig {
+  std::string listen_address = "127.0.0.1";
+  int port = 7070;  // 0: any free port (tests).
+  std::optional<TlsConfig> tls;
+  std::string token_file;
+  std::string state_dir = "/var/lib/moat-agent";
+  absl::Duration heartbeat_interval = absl::Seconds(5);
+  int heartbeat_misses = 3;
+  double recycle_per_second = 10;
+  uint64_t max_request_bytes = 1 << 20;
+  absl::Duration default_ttl = absl::Minutes(30);
+  absl::Duration max_ttl = absl::Hours(24);
+  std::vector<ProfileConfig> profiles;  // At least one.
+
+  const ProfileConfig* FindProfile(absl::string_view name) const;
+};
+
+// `source` names the file in error messages.
+absl::StatusOr<AgentConfig> ParseConfig(absl::string_view yaml, absl::string_view source);
+absl::StatusOr<AgentConfig> LoadConfig(const std::string& path);
+
+// "512MiB", "1G", "4096" -> bytes. Units: K/M/G/T (powers of 1000) and KiB/MiB/GiB/TiB.
+absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text);
+
+}  // namespace moat::agent

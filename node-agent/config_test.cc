@@ -1,0 +1,153 @@
+#include "node-agent/config.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moat::agent {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kMinimal[] = R"(
+token_file: /etc/moat/agent.token
+profiles:
+  - name: default
+)";
+
+TEST(ConfigTest, MinimalFileGetsTheDefaults) {
+  auto config = ParseConfig(kMinimal, "agent.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->listen_address, "127.0.0.1");
+  EXPECT_EQ(config->port, 7070);
+  EXPECT_FALSE(config->tls.has_value());
+  EXPECT_EQ(config->token_file, "/etc/moat/agent.token");
+  EXPECT_EQ(config->heartbeat_interval, absl::Seconds(5));
+  EXPECT_EQ(config->heartbeat_misses, 3);
+  ASSERT_EQ(config->profiles.size(), 1u);
+  EXPECT_EQ(config->profiles[0].root_dir, "/");
+  EXPECT_EQ(config->profiles[0].limits, Limits{});
+}
+
+TEST(ConfigTest, FullFile) {
+  auto config = ParseConfig(R"(
+listen: {address: 0.0.0.0, port: 9443}
+tls: {cert: /etc/moat/agent.crt, key: /etc/moat/agent.key}
+token_file: /etc/moat/agent.token
+state_dir: /srv/moat
+heartbeat: {interval: 250ms, misses: 4}
+recycle: {per_second: 2.5}
+api: {max_request_bytes: 64KiB, default_ttl: 10m, max_ttl: 2h}
+profiles:
+  - name: python
+    root: /srv/roots/python
+    policy: /etc/moat/python.yaml
+    limits: {cpus: 1.5, memory: 512MiB, pids: 256, workspace: 1G}
+    pool: {floor: 5, ceiling: 50}
+  - name: node
+)",
+                            "agent.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->listen_address, "0.0.0.0");
+  EXPECT_EQ(config->port, 9443);
+  ASSERT_TRUE(config->tls.has_value());
+  EXPECT_EQ(config->tls->key_file, "/etc/moat/agent.key");
+  EXPECT_EQ(config->state_dir, "/srv/moat");
+  EXPECT_EQ(config->heartbeat_interval, absl::Milliseconds(250));
+  EXPECT_EQ(config->heartbeat_misses, 4);
+  EXPECT_DOUBLE_EQ(config->recycle_per_second, 2.5);
+  EXPECT_EQ(config->max_request_bytes, 64u * 1024);
+  EXPECT_EQ(config->default_ttl, absl::Minutes(10));
+  EXPECT_EQ(config->max_ttl, absl::Hours(2));
+  const ProfileConfig* python = config->FindProfile("python");
+  ASSERT_NE(python, nullptr);
+  EXPECT_EQ(python->root_dir, "/srv/roots/python");
+  EXPECT_EQ(python->policy_file, "/etc/moat/python.yaml");
+  EXPECT_EQ(python->limits, (Limits{1.5, 512u << 20, 256, 1000000000}));
+  EXPECT_EQ(python->pool_floor, 5);
+  EXPECT_EQ(python->pool_ceiling, 50);
+  EXPECT_NE(config->FindProfile("node"), nullptr);
+  EXPECT_EQ(config->FindProfile("ruby"), nullptr);
+}
+
+struct BadCase {
+  std::string name;
+  std::string yaml;
+  std::string expected;  // A part of the error message: the key and the fix.
+};
+
+class ConfigErrorTest : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(ConfigErrorTest, NamesFileKeyAndFix) {
+  auto config = ParseConfig(GetParam().yaml, "agent.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(config.status().message(), HasSubstr("agent.yaml"));
+  EXPECT_THAT(config.status().message(), HasSubstr(GetParam().expected));
+}
+
+const std::string kProfile = "profiles: [{name: default}]\n";
+const std::string kToken = "token_file: /etc/moat/agent.token\n";
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, ConfigErrorTest,
+    ::testing::Values(
+        BadCase{"UnknownTopKey", kToken + kProfile + "listne: {}\n", "\"listne\" is not a known"},
+        BadCase{"UnknownNestedKey", kToken + kProfile + "heartbeat: {intervall: 5s}\n",
+                "\"heartbeat.intervall\" is not a known key"},
+        BadCase{"NoToken", kProfile, "\"token_file\" must be a non-empty string"},
+        BadCase{"RelativeToken", "token_file: agent.token\n" + kProfile, "absolute path"},
+        BadCase{"NoProfiles", kToken, "\"profiles\" must be a list"},
+        BadCase{"EmptyProfiles", kToken + "profiles: []\n", "at least one profile"},
+        BadCase{"BadPort", kToken + kProfile + "listen: {port: 70000}\n",
+                "\"listen.port\" must be a whole number from 0 to 65535"},
+        BadCase{"PortNotNumber", kToken + kProfile + "listen: {port: http}\n", "listen.port"},
+        BadCase{"BadInterval", kToken + kProfile + "heartbeat: {interval: 5}\n",
+                "\"heartbeat.interval\" must be a duration"},
+        BadCase{"ZeroMisses", kToken + kProfile + "heartbeat: {misses: 0}\n", "heartbeat.misses"},
+        BadCase{"TlsWithoutKey", kToken + kProfile + "tls: {cert: /a.crt}\n", "\"tls.key\""},
+        BadCase{"BadMemory", kToken + "profiles: [{name: p, limits: {memory: lots}}]\n",
+                "\"profiles[0].limits.memory\" must be a size"},
+        BadCase{"NegativeCpus", kToken + "profiles: [{name: p, limits: {cpus: -1}}]\n",
+                "profiles[0].limits.cpus"},
+        BadCase{"FloorAboveCeiling",
+                kToken + "profiles: [{name: p, pool: {floor: 9, ceiling: 2}}]\n",
+                "floor above ceiling"},
+        BadCase{"DuplicateProfile", kToken + "profiles: [{name: p}, {name: p}]\n",
+                "repeats the profile name \"p\""},
+        BadCase{"BadProfileName", kToken + "profiles: [{name: ../x}]\n", "lower-case letters"},
+        BadCase{"RelativeRoot", kToken + "profiles: [{name: p, root: srv}]\n",
+                "\"profiles[0].root\" must be an absolute path"},
+        BadCase{"DefaultTtlAboveMax", kToken + kProfile + "api: {max_ttl: 1h, default_ttl: 2h}\n",
+                "api.default_ttl"},
+        BadCase{"NotAMap", "- a\n- b\n", "must be a mapping"},
+        BadCase{"SyntaxError", "token_file: [unclosed\n", "not valid YAML"}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(ConfigTest, ErrorsCarryTheLine) {
+  auto config = ParseConfig(kToken + kProfile + "heartbeat:\n  misses: many\n", "agent.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("agent.yaml:4:"));
+}
+
+TEST(ConfigTest, LoadConfigReportsAMissingFile) {
+  auto config = LoadConfig("/nonexistent/agent.yaml");
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(config.status().message(), HasSubstr("\"/nonexistent/agent.yaml\""));
+}
+
+TEST(ParseByteSizeTest, Units) {
+  EXPECT_EQ(*ParseByteSize("4096"), 4096u);
+  EXPECT_EQ(*ParseByteSize("2K"), 2000u);
+  EXPECT_EQ(*ParseByteSize("2KiB"), 2048u);
+  EXPECT_EQ(*ParseByteSize("3GiB"), 3ULL << 30);
+  EXPECT_FALSE(ParseByteSize("1.5G").ok());
+  EXPECT_FALSE(ParseByteSize("-1").ok());
+  EXPECT_FALSE(ParseByteSize("99999999999TiB").ok());
+  EXPECT_FALSE(ParseByteSize("").ok());
+}
+
+}  // namespace
+}  // namespace moat::agent

@@ -1,0 +1,311 @@
+#include "node-agent/fake_backend.h"
+
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "node-agent/workspace_path.h"
+#include "sandbox/util/status_macros.h"
+
+namespace moat::agent {
+namespace {
+
+FakeBackend::FakeOutput DefaultHandler(const ExecRequest& request) {
+  absl::string_view cmd = request.command;
+  if (absl::ConsumePrefix(&cmd, "echo ")) return {absl::StrCat(cmd, "\n"), "", 0};
+  int code = 0;
+  if (absl::ConsumePrefix(&cmd, "exit ") && absl::SimpleAtoi(cmd, &code)) return {"", "", code};
+  return {"", absl::StrCat("sh: ", request.command, ": not found\n"), 127};
+}
+
+std::string SandboxPath(absl::string_view rel) {
+  return rel.empty() ? "/workspace" : absl::StrCat("/workspace/", rel);
+}
+
+std::string ParentOf(absl::string_view rel) {
+  size_t slash = rel.rfind('/');
+  return slash == absl::string_view::npos ? "" : std::string(rel.substr(0, slash));
+}
+
+}  // namespace
+
+FakeBackend::FakeBackend() : handler_(DefaultHandler), worker_([this] { WorkerLoop(); }) {}
+
+FakeBackend::~FakeBackend() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  worker_.join();
+}
+
+void FakeBackend::WorkerLoop() {
+  while (true) {
+    std::function<void()> task;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](FakeBackend* self)
+               ABSL_NO_THREAD_SAFETY_ANALYSIS { return self->stopping_ || !self->queue_.empty(); },
+          this));
+      if (queue_.empty()) return;  // stopping_ and nothing left to deliver.
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      ++running_;
+    }
+    task();
+    absl::MutexLock lock(&mu_);
+    --running_;
+  }
+}
+
+void FakeBackend::WaitIdle() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](FakeBackend* self)
+           ABSL_NO_THREAD_SAFETY_ANALYSIS { return self->queue_.empty() && self->running_ == 0; },
+      this));
+}
+
+absl::StatusOr<FakeBackend::Sandbox*> FakeBackend::FindLocked(absl::string_view id) {
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return absl::NotFoundError(absl::StrCat("no sandbox \"", id, "\""));
+  return &it->second;
+}
+
+absl::StatusOr<CreatedSandbox> FakeBackend::Create(const SandboxSpec& spec) {
+  absl::MutexLock lock(&mu_);
+  if (!next_create_status_.ok()) return std::exchange(next_create_status_, absl::OkStatus());
+  if (!IsValidSandboxId(spec.id)) return absl::InvalidArgumentError("invalid sandbox id");
+  if (sandboxes_.contains(spec.id)) {
+    return absl::AlreadyExistsError(absl::StrCat("sandbox \"", spec.id, "\" exists"));
+  }
+  Sandbox& box = sandboxes_[spec.id];
+  box.spec = spec;
+  box.dirs.insert("");
+  return CreatedSandbox{StartPath::kCold, absl::Milliseconds(1)};
+}
+
+absl::StatusOr<CleanupReport> FakeBackend::Destroy(absl::string_view id) {
+  absl::MutexLock lock(&mu_);
+  if (!next_destroy_status_.ok()) return std::exchange(next_destroy_status_, absl::OkStatus());
+  CleanupReport report;
+  if (sandboxes_.erase(id) == 1) {
+    report.processes_killed = 1;  // Its init.
+    report.cgroups_removed = 1;
+    report.mounts_unmounted = 3;  // root, /tmp, /workspace.
+    report.workspaces_removed = 1;
+  }
+  return report;
+}
+
+absl::StatusOr<std::string> FakeBackend::Exec(absl::string_view id, const ExecRequest& request,
+                                              ExecCallbacks callbacks) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(FindLocked(id).status());
+  if (absl::StripAsciiWhitespace(request.command).empty()) {
+    return absl::InvalidArgumentError("empty command; give a shell command to run");
+  }
+  if (!request.cwd.empty() && request.cwd[0] != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cwd \"", request.cwd, "\" is not absolute; give an absolute path"));
+  }
+  FakeOutput output = handler_(request);
+  queue_.push_back([output = std::move(output), callbacks = std::move(callbacks)] {
+    if (!output.out.empty() && callbacks.on_stdout) callbacks.on_stdout(output.out);
+    if (!output.err.empty() && callbacks.on_stderr) callbacks.on_stderr(output.err);
+    ExecExit exit;
+    exit.exit_code = output.exit_code;
+    exit.duration = absl::Milliseconds(1);
+    if (callbacks.on_exit) callbacks.on_exit(exit);
+  });
+  return absl::StrCat("cmd-", next_command_++);
+}
+
+absl::Status FakeBackend::Interrupt(absl::string_view id, absl::string_view command_id,
+                                    absl::Duration grace) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(FindLocked(id).status());
+  // Fake commands finish at once, so any command that was started has already exited.
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> FakeBackend::ReadFile(absl::string_view id, absl::string_view path,
+                                                  uint64_t offset, uint64_t length) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Sandbox * box, FindLocked(id));
+  ASSIGN_OR_RETURN(std::string rel, WorkspaceRelativePath(path));
+  if (box->dirs.contains(rel)) {
+    return absl::FailedPreconditionError(absl::StrCat("\"", path, "\" is a directory"));
+  }
+  auto it = box->files.find(rel);
+  if (it == box->files.end()) return absl::NotFoundError(absl::StrCat("no file \"", path, "\""));
+  const std::string& data = it->second.data;
+  if (offset >= data.size()) return std::string();
+  return data.substr(offset, length);
+}
+
+absl::Status FakeBackend::WriteFile(absl::string_view id, absl::string_view path,
+                                    absl::string_view data, uint32_t mode) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Sandbox * box, FindLocked(id));
+  ASSIGN_OR_RETURN(std::string rel, WorkspaceRelativePath(path));
+  if (rel.empty() || box->dirs.contains(rel)) {
+    return absl::FailedPreconditionError(absl::StrCat("\"", path, "\" is a directory"));
+  }
+  for (std::string dir = ParentOf(rel); !dir.empty(); dir = ParentOf(dir)) box->dirs.insert(dir);
+  box->files[rel] = File{std::string(data), mode & 07777};
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FileInfo> FakeBackend::Stat(absl::string_view id, absl::string_view path) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Sandbox * box, FindLocked(id));
+  ASSIGN_OR_RETURN(std::string rel, WorkspaceRelativePath(path));
+  if (box->dirs.contains(rel)) return FileInfo{SandboxPath(rel), true, 0, 0755, absl::UnixEpoch()};
+  auto it = box->files.find(rel);
+  if (it == box->files.end()) return absl::NotFoundError(absl::StrCat("no file \"", path, "\""));
+  return FileInfo{SandboxPath(rel), false, it->second.data.size(), it->second.mode,
+                  absl::UnixEpoch()};
+}
+
+absl::StatusOr<std::vector<FileInfo>> FakeBackend::List(absl::string_view id,
+                                                        absl::string_view path) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Sandbox * box, FindLocked(id));
+  ASSIGN_OR_RETURN(std::string rel, WorkspaceRelativePath(path));
+  if (!box->dirs.contains(rel)) {
+    return absl::NotFoundError(absl::StrCat("no directory \"", path, "\""));
+  }
+  std::map<std::string, FileInfo> entries;  // Sorted by path, as the contract says.
+  for (const std::string& dir : box->dirs) {
+    if (!dir.empty() && ParentOf(dir) == rel) {
+      entries[dir] = FileInfo{SandboxPath(dir), true, 0, 0755, absl::UnixEpoch()};
+    }
+  }
+  for (const auto& [file, content] : box->files) {
+    if (ParentOf(file) == rel) {
+      entries[file] =
+          FileInfo{SandboxPath(file), false, content.data.size(), content.mode, absl::UnixEpoch()};
+    }
+  }
+  std::vector<FileInfo> out;
+  for (auto& [unused, info] : entries) out.push_back(std::move(info));
+  return out;
+}
+
+absl::Status FakeBackend::MakeDirectory(absl::string_view id, absl::string_view path) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Sandbox * box, FindLocked(id));
+  ASSIGN_OR_RETURN(std::string rel, WorkspaceRelativePath(path));
+  for (std::string dir = rel; !dir.empty(); dir = ParentOf(dir)) {
+    if (box->files.contains(dir)) {
+      return absl::FailedPreconditionError(absl::StrCat("\"", dir, "\" is a file"));
+    }
+    box->dirs.insert(dir);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FakeBackend::Move(absl::string_view id, absl::string_view from, absl::string_view to) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Sandbox * box, FindLocked(id));
+  ASSIGN_OR_RETURN(std::string src, WorkspaceRelativePath(from));
+  ASSIGN_OR_RETURN(std::string dst, WorkspaceRelativePath(to));
+  auto it = box->files.find(src);
+  // The fake moves files only; directories are not needed by the tests that use it.
+  if (it == box->files.end()) return absl::NotFoundError(absl::StrCat("no file \"", from, "\""));
+  if (dst.empty() || box->dirs.contains(dst)) {
+    return absl::FailedPreconditionError(absl::StrCat("\"", to, "\" is a directory"));
+  }
+  File file = std::move(it->second);
+  box->files.erase(it);
+  box->files[dst] = std::move(file);
+  return absl::OkStatus();
+}
+
+absl::Status FakeBackend::Remove(absl::string_view id, absl::string_view path) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Sandbox * box, FindLocked(id));
+  ASSIGN_OR_RETURN(std::string rel, WorkspaceRelativePath(path));
+  if (box->files.erase(rel) == 1) return absl::OkStatus();
+  if (rel.empty()) return absl::InvalidArgumentError("cannot remove /workspace itself");
+  if (!box->dirs.contains(rel)) return absl::NotFoundError(absl::StrCat("no \"", path, "\""));
+  std::string prefix = rel + "/";
+  std::erase_if(box->files, [&](const auto& kv) { return absl::StartsWith(kv.first, prefix); });
+  std::erase_if(box->dirs,
+                [&](const std::string& d) { return d == rel || absl::StartsWith(d, prefix); });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SandboxHealth> FakeBackend::Probe(absl::string_view id) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(FindLocked(id).status());
+  return SandboxHealth{true, absl::UnixEpoch(), 1, 0, 0};
+}
+
+absl::Status FakeBackend::CheckNode() {
+  absl::MutexLock lock(&mu_);
+  return node_status_;
+}
+
+NodeUsage FakeBackend::Usage() {
+  absl::MutexLock lock(&mu_);
+  return usage_;
+}
+
+absl::StatusOr<CleanupReport> FakeBackend::CleanLeftovers() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(leftovers_, CleanupReport{});
+}
+
+void FakeBackend::FailNextCreate(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  next_create_status_ = std::move(status);
+}
+
+void FakeBackend::FailNextDestroy(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  next_destroy_status_ = std::move(status);
+}
+
+void FakeBackend::SetNodeStatus(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  node_status_ = std::move(status);
+}
+
+void FakeBackend::SetUsage(const NodeUsage& usage) {
+  absl::MutexLock lock(&mu_);
+  usage_ = usage;
+}
+
+void FakeBackend::SetExecHandler(ExecHandler handler) {
+  absl::MutexLock lock(&mu_);
+  handler_ = std::move(handler);
+}
+
+void FakeBackend::AddLeftovers(const CleanupReport& report) {
+  absl::MutexLock lock(&mu_);
+  leftovers_ += report;
+}
+
+bool FakeBackend::Exists(absl::string_view id) const {
+  absl::MutexLock lock(&mu_);
+  return sandboxes_.contains(id);
+}
+
+SandboxSpec FakeBackend::SpecOf(absl::string_view id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sandboxes_.find(id);
+  return it == sandboxes_.end() ? SandboxSpec{} : it->second.spec;
+}
+
+int FakeBackend::live_sandboxes() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(sandboxes_.size());
+}
+
+}  // namespace moat::agent

@@ -1,0 +1,93 @@
+// An in-memory SandboxBackend for tests: no kernel work, deterministic, with knobs to inject
+// failures. Commands are not run: a handler (settable) turns a request into output and an exit;
+// the default one understands "echo TEXT" and "exit N" and fails everything else with 127.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "node-agent/backend.h"
+
+namespace moat::agent {
+
+class FakeBackend final : public SandboxBackend {
+ public:
+  struct FakeOutput {
+    std::string out;
+    std::string err;
+    int exit_code = 0;
+  };
+  using ExecHandler = std::function<FakeOutput(const ExecRequest&)>;
+
+  FakeBackend();
+  ~FakeBackend() override;  // Delivers every queued callback, then stops the worker.
+
+  absl::StatusOr<CreatedSandbox> Create(const SandboxSpec& spec) override;
+  absl::StatusOr<CleanupReport> Destroy(absl::string_view id) override;
+  absl::StatusOr<std::string> Exec(absl::string_view id, const ExecRequest& request,
+                                   ExecCallbacks callbacks) override;
+  absl::Status Interrupt(absl::string_view id, absl::string_view command_id,
+                         absl::Duration grace) override;
+  absl::StatusOr<std::string> ReadFile(absl::string_view id, absl::string_view path,
+                                       uint64_t offset, uint64_t length) override;
+  absl::Status WriteFile(absl::string_view id, absl::string_view path, absl::string_view data,
+                         uint32_t mode) override;
+  absl::StatusOr<FileInfo> Stat(absl::string_view id, absl::string_view path) override;
+  absl::StatusOr<std::vector<FileInfo>> List(absl::string_view id, absl::string_view path) override;
+  absl::Status MakeDirectory(absl::string_view id, absl::string_view path) override;
+  absl::Status Move(absl::string_view id, absl::string_view from, absl::string_view to) override;
+  absl::Status Remove(absl::string_view id, absl::string_view path) override;
+  absl::StatusOr<SandboxHealth> Probe(absl::string_view id) override;
+  absl::Status CheckNode() override;
+  NodeUsage Usage() override;
+  absl::StatusOr<CleanupReport> CleanLeftovers() override;
+
+  // Knobs and observations for tests.
+  void FailNextCreate(absl::Status status);
+  void FailNextDestroy(absl::Status status);
+  void SetNodeStatus(absl::Status status);
+  void SetUsage(const NodeUsage& usage);
+  void SetExecHandler(ExecHandler handler);
+  void AddLeftovers(const CleanupReport& report);  // What CleanLeftovers will "find".
+  bool Exists(absl::string_view id) const;
+  SandboxSpec SpecOf(absl::string_view id) const;  // Empty spec if unknown.
+  int live_sandboxes() const;
+  void WaitIdle();  // Until every queued callback has run.
+
+ private:
+  struct File {
+    std::string data;
+    uint32_t mode = 0644;
+  };
+  struct Sandbox {
+    SandboxSpec spec;
+    std::map<std::string, File> files;  // Relative path under /workspace -> content.
+    std::set<std::string> dirs;         // Relative paths of directories ("" is the root).
+  };
+
+  absl::StatusOr<Sandbox*> FindLocked(absl::string_view id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WorkerLoop();
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Sandbox> sandboxes_ ABSL_GUARDED_BY(mu_);
+  absl::Status next_create_status_ ABSL_GUARDED_BY(mu_);
+  absl::Status next_destroy_status_ ABSL_GUARDED_BY(mu_);
+  absl::Status node_status_ ABSL_GUARDED_BY(mu_);
+  NodeUsage usage_ ABSL_GUARDED_BY(mu_);
+  ExecHandler handler_ ABSL_GUARDED_BY(mu_);
+  CleanupReport leftovers_ ABSL_GUARDED_BY(mu_);
+  int next_command_ ABSL_GUARDED_BY(mu_) = 1;
+  // Callbacks run on one worker thread, in order, as the contract requires (never inside Exec).
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread worker_;
+};
+
+}  // namespace moat::agent

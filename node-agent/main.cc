@@ -1,0 +1,121 @@
+// moat-agent: the node daemon. main only wires the parts together and waits for a signal; each
+// part lives in its own file (see node-agent/CMakeLists.txt).
+#include <signal.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "node-agent/clock.h"
+#include "node-agent/config.h"
+#include "node-agent/fake_backend.h"
+#include "node-agent/http_api.h"
+#include "node-agent/log.h"
+#include "node-agent/metrics.h"
+#include "node-agent/registry.h"
+#include "node-agent/service.h"
+#include "node-agent/token.h"
+
+namespace moat::agent {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: moat-agent --config FILE [--fake-backend]\n"
+    "  --config FILE    the agent's YAML configuration (see node-agent/config.h)\n"
+    "  --fake-backend   serve the API with an in-memory backend that runs nothing (for API\n"
+    "                   development; the kernel backend is not wired in yet)\n";
+
+int Run(int argc, char** argv) {
+  // Block the stop signals in every thread (threads made later, the HTTP pool's and
+  // the backend's, inherit this mask), so that only the
+  // sigtimedwait below receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // A client that hangs up must not kill the agent.
+
+  std::string config_path;
+  bool fake_backend = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--config" && i + 1 < argc) {
+      config_path = argv[++i];
+    } else if (arg == "--fake-backend") {
+      fake_backend = true;
+    } else if (arg == "--version") {
+      std::printf("moat-agent %s\n", MOAT_VERSION);
+      return 0;
+    } else {
+      std::fputs(kUsage, stderr);
+      return 2;
+    }
+  }
+  if (config_path.empty()) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  absl::StatusOr<AgentConfig> config = LoadConfig(config_path);
+  if (!config.ok()) {
+    LogError(config.status().message());
+    return 1;
+  }
+  absl::StatusOr<std::string> token = ReadTokenFile(config->token_file);
+  if (!token.ok()) {
+    LogError(token.status().message());
+    return 1;
+  }
+  if (!fake_backend) {
+    LogError(
+        "the kernel sandbox backend is not part of this build yet; start with --fake-backend to "
+        "serve the API without running anything");
+    return 1;
+  }
+  LogWarning("using the in-memory fake backend: sandboxes are bookkeeping only");
+  std::unique_ptr<SandboxBackend> backend = std::make_unique<FakeBackend>();
+
+  RealClock clock;
+  Registry registry(&clock);
+  std::vector<std::string> profiles;
+  for (const ProfileConfig& p : config->profiles) profiles.push_back(p.name);
+  AgentMetrics metrics(profiles);
+  SandboxService service(&*config, backend.get(), &registry, &metrics, &clock);
+  if (absl::StatusOr<CleanupReport> left = service.CleanLeftovers(); !left.ok()) {
+    LogError(absl::StrCat("cleaning what a previous agent left failed: ", left.status().message()));
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<HttpApi>> api =
+      HttpApi::Create(&service, HttpApiOptions{*token, config->max_request_bytes, config->tls});
+  if (!api.ok()) {
+    LogError(api.status().message());
+    return 1;
+  }
+  absl::StatusOr<int> port = (*api)->Start(config->listen_address, config->port);
+  if (!port.ok()) {
+    LogError(port.status().message());
+    return 1;
+  }
+
+  // The main thread waits for a stop signal and, once a second, recycles expired sandboxes.
+  const timespec tick = {1, 0};
+  while (true) {
+    int sig = sigtimedwait(&stop_signals, nullptr, &tick);
+    if (sig == SIGTERM || sig == SIGINT) {
+      LogInfo(absl::StrCat("received ", strsignal(sig), "; stopping"));
+      break;
+    }
+    service.DeleteExpired();
+  }
+  (*api)->Stop();  // Finishes requests in flight; sandboxes stay for the next agent to adopt
+                   // or clean (restart safety), so a restart does not kill users' work.
+  LogInfo("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace moat::agent
+
+int main(int argc, char** argv) { return moat::agent::Run(argc, argv); }

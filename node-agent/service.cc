@@ -1,0 +1,178 @@
+#include "node-agent/service.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "node-agent/log.h"
+#include "node-agent/token.h"
+#include "sandbox/util/status_macros.h"
+
+namespace moat::agent {
+namespace {
+
+std::string ProfileNames(const AgentConfig& config) {
+  return absl::StrJoin(config.profiles, ", ",
+                       [](std::string* out, const ProfileConfig& p) { out->append(p.name); });
+}
+
+// Zero fields of `requested` take the profile's; the result may not exceed the profile's.
+absl::StatusOr<Limits> EffectiveLimits(const Limits& requested, const ProfileConfig& profile) {
+  Limits out = requested;
+  const Limits& max = profile.limits;
+  if (out.cpus == 0) out.cpus = max.cpus;
+  if (out.memory_bytes == 0) out.memory_bytes = max.memory_bytes;
+  if (out.pids == 0) out.pids = max.pids;
+  if (out.workspace_bytes == 0) out.workspace_bytes = max.workspace_bytes;
+  if (!WithinLimits(out, max)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the requested limits exceed profile \"", profile.name,
+                     "\"'s; ask for at most its limits or use another profile"));
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> ReadPolicyFile(const std::string& path) {
+  if (path.empty()) return std::string();
+  std::ifstream in(path);
+  if (!in) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot read the profile's policy file \"", path, "\"; fix the agent config"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+absl::StatusOr<std::string> NewSandboxId() {
+  ASSIGN_OR_RETURN(std::string token, NewToken());
+  return absl::StrCat("sb-", token.substr(0, 20));  // 80 random bits: collisions are moot.
+}
+
+}  // namespace
+
+SandboxService::SandboxService(const AgentConfig* config, SandboxBackend* backend,
+                               Registry* registry, AgentMetrics* metrics, const Clock* clock)
+    : config_(config),
+      backend_(backend),
+      registry_(registry),
+      metrics_(metrics),
+      clock_(clock),
+      recycle_queue_(config->recycle_per_second,
+                     [this](const std::string& id) { Recycle(id).IgnoreError(); }) {}
+
+absl::StatusOr<SandboxRecord> SandboxService::Create(const CreateRequest& request) {
+  const ProfileConfig* profile = config_->FindProfile(request.profile);
+  if (profile == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown profile \"", request.profile,
+                                                   "\"; this node has: ", ProfileNames(*config_)));
+  }
+  absl::Duration ttl = request.ttl.value_or(config_->default_ttl);
+  if (ttl < absl::Seconds(1) || ttl > config_->max_ttl) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ttl_seconds must be from 1 to ", absl::ToInt64Seconds(config_->max_ttl)));
+  }
+  ASSIGN_OR_RETURN(Limits limits, EffectiveLimits(request.limits, *profile));
+  SandboxSpec spec;
+  ASSIGN_OR_RETURN(spec.id, NewSandboxId());
+  spec.profile = profile->name;
+  spec.root_dir = profile->root_dir;
+  spec.limits = limits;
+  if (request.policy.has_value()) {
+    spec.policy = *request.policy;
+  } else {
+    ASSIGN_OR_RETURN(spec.policy, ReadPolicyFile(profile->policy_file));
+  }
+
+  SandboxRecord record;
+  record.id = spec.id;
+  record.profile = profile->name;
+  record.state = SandboxState::kCreating;
+  record.expires_at = clock_->Now() + ttl;
+  record.metadata = request.metadata;
+  record.env = request.env;
+  record.limits = limits;
+  ASSIGN_OR_RETURN(record.token, NewToken());
+  RETURN_IF_ERROR(registry_->Insert(record));
+
+  absl::Time start = clock_->Now();
+  absl::StatusOr<CreatedSandbox> created = backend_->Create(spec);
+  if (!created.ok()) {
+    registry_->Remove(spec.id).IgnoreError();  // The backend has cleaned up what it made.
+    return created.status();
+  }
+  metrics_->ObserveStart(created->path, clock_->Now() - start);
+  RETURN_IF_ERROR(registry_->SetState(spec.id, SandboxState::kReady));
+  LogInfo(absl::StrCat("created sandbox ", spec.id, " (profile ", profile->name, ")"));
+  return registry_->Get(spec.id);
+}
+
+absl::StatusOr<SandboxRecord> SandboxService::Get(absl::string_view id) const {
+  return registry_->Get(id);
+}
+
+std::vector<SandboxRecord> SandboxService::List() const { return registry_->List(); }
+
+absl::StatusOr<CleanupReport> SandboxService::Delete(absl::string_view id) {
+  RETURN_IF_ERROR(registry_->BeginRecycle(id).status());
+  return Recycle(std::string(id));
+}
+
+absl::StatusOr<CleanupReport> SandboxService::Recycle(const std::string& id) {
+  absl::Time start = clock_->Now();
+  absl::StatusOr<CleanupReport> report = backend_->Destroy(id);
+  if (!report.ok()) {
+    registry_->SetState(id, SandboxState::kFailed).IgnoreError();
+    LogError(absl::StrCat("cannot recycle sandbox ", id, ": ", report.status().ToString()));
+    return report.status();
+  }
+  metrics_->ObserveRecycle(clock_->Now() - start);
+  if (!report->clean()) {
+    LogWarning(absl::StrCat("sandbox ", id, " left residue: ", report->ToString()));
+  }
+  registry_->Remove(id).IgnoreError();
+  LogInfo(absl::StrCat("recycled sandbox ", id, ": ", report->ToString()));
+  return report;
+}
+
+absl::StatusOr<absl::Time> SandboxService::Renew(absl::string_view id, absl::Time expires_at) {
+  if (expires_at > clock_->Now() + config_->max_ttl) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the new expiry is more than ", absl::FormatDuration(config_->max_ttl),
+                     " away (api.max_ttl); ask for less and renew again later"));
+  }
+  return registry_->Renew(id, expires_at);
+}
+
+int SandboxService::DeleteExpired() {
+  std::vector<std::string> expired = registry_->TakeExpired();
+  for (const std::string& id : expired) {
+    LogInfo(absl::StrCat("sandbox ", id, " expired"));
+    recycle_queue_.Enqueue(id);  // Recycle logs the outcome.
+  }
+  return static_cast<int>(expired.size());
+}
+
+absl::StatusOr<CleanupReport> SandboxService::CleanLeftovers() {
+  ASSIGN_OR_RETURN(CleanupReport report, backend_->CleanLeftovers());
+  LogInfo(absl::StrCat("cleaned what a previous agent left: ", report.ToString()));
+  return report;
+}
+
+bool SandboxService::TokenMatches(absl::string_view id, absl::string_view token) const {
+  return registry_->TokenMatches(id, token);
+}
+
+absl::Status SandboxService::Health() { return backend_->CheckNode(); }
+
+std::string SandboxService::MetricsText() {
+  metrics_->SetSandboxes(registry_->CountByState());
+  metrics_->SetRecycleBacklog(recycle_queue_.backlog());
+  metrics_->SetNodeUsage(backend_->Usage());
+  return metrics_->Serialize();
+}
+
+}  // namespace moat::agent

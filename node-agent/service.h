@@ -1,0 +1,75 @@
+// What the node API does, without HTTP: create, get, list, delete and renew sandboxes, expire
+// them, report health and metrics. It ties the registry (bookkeeping), the backend (the kernel
+// work) and the metrics together; the HTTP layer only translates.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "node-agent/backend.h"
+#include "node-agent/clock.h"
+#include "node-agent/config.h"
+#include "node-agent/metrics.h"
+#include "node-agent/recycle_queue.h"
+#include "node-agent/registry.h"
+
+namespace moat::agent {
+
+struct CreateRequest {
+  std::string profile;
+  std::optional<std::string> policy;  // A policy document; replaces the profile's default.
+  Limits limits;                      // Zero fields take the profile's value; others may only
+                                      // tighten it.
+  std::map<std::string, std::string> env;
+  std::map<std::string, std::string> metadata;
+  std::optional<absl::Duration> ttl;  // Default: the config's api.default_ttl.
+};
+
+class SandboxService {
+ public:
+  // All pointers must outlive the service.
+  SandboxService(const AgentConfig* config, SandboxBackend* backend, Registry* registry,
+                 AgentMetrics* metrics, const Clock* clock);
+
+  // Errors: InvalidArgument (unknown profile, limits above the profile's, ttl out of range,
+  // bad policy), and the backend's Create errors.
+  absl::StatusOr<SandboxRecord> Create(const CreateRequest& request);
+  absl::StatusOr<SandboxRecord> Get(absl::string_view id) const;
+  std::vector<SandboxRecord> List() const;
+  // Destroys the sandbox and forgets it. FailedPrecondition while it is being created or
+  // deleted. If the backend cannot clean up, the record stays, in state failed.
+  absl::StatusOr<CleanupReport> Delete(absl::string_view id);
+  // New expiry: now + ttl, at most api.max_ttl from now.
+  absl::StatusOr<absl::Time> Renew(absl::string_view id, absl::Time expires_at);
+  // Queues every sandbox whose time is up for recycling (the rate-limited recycle queue);
+  // returns how many. An explicit Delete is not queued: its caller waits for the report.
+  int DeleteExpired();
+  // Until the recycle queue is empty (tests, shutdown); false on timeout.
+  bool WaitRecycled(absl::Duration timeout) const { return recycle_queue_.WaitEmpty(timeout); }
+  // At start: what a crashed agent left behind, cleaned.
+  absl::StatusOr<CleanupReport> CleanLeftovers();
+  bool TokenMatches(absl::string_view id, absl::string_view token) const;
+  absl::Status Health();
+  std::string MetricsText();  // Refreshes the gauges, then serializes.
+
+  const AgentConfig& config() const { return *config_; }
+  absl::Time Now() const { return clock_->Now(); }
+
+ private:
+  absl::StatusOr<CleanupReport> Recycle(const std::string& id);
+
+  const AgentConfig* config_;
+  SandboxBackend* backend_;
+  Registry* registry_;
+  AgentMetrics* metrics_;
+  const Clock* clock_;
+  // Last: destroyed first, so its thread stops before the members its callback uses.
+  RecycleQueue recycle_queue_;
+};
+
+}  // namespace moat::agent

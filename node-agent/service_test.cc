@@ -1,0 +1,122 @@
+#include "node-agent/service.h"
+
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "node-agent/fake_backend.h"
+
+namespace moat::agent {
+namespace {
+
+using ::testing::HasSubstr;
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  ServiceTest() {
+    policy_path_ = std::string(::testing::TempDir()) + "/service_test_policy.yaml";
+    std::ofstream(policy_path_) << "network:\n  allowedDomains: [pypi.org]\n";
+    config_.token_file = "/unused";
+    ProfileConfig python;
+    python.name = "python";
+    python.root_dir = "/srv/roots/python";
+    python.policy_file = policy_path_;
+    python.limits.pids = 100;
+    ProfileConfig broken;
+    broken.name = "broken";
+    broken.policy_file = "/nonexistent/policy.yaml";
+    config_.profiles = {python, broken};
+  }
+
+  std::string policy_path_;
+  AgentConfig config_;
+  FakeClock clock_;
+  FakeBackend backend_;
+  Registry registry_{&clock_};
+  AgentMetrics metrics_{{"python", "broken"}};
+  SandboxService service_{&config_, &backend_, &registry_, &metrics_, &clock_};
+};
+
+TEST_F(ServiceTest, CreatePassesTheProfileToTheBackend) {
+  auto record = service_.Create(CreateRequest{"python"});
+  ASSERT_TRUE(record.ok()) << record.status();
+  SandboxSpec spec = backend_.SpecOf(record->id);
+  EXPECT_EQ(spec.root_dir, "/srv/roots/python");
+  EXPECT_THAT(spec.policy, HasSubstr("pypi.org"));  // The profile's default policy.
+  EXPECT_EQ(spec.limits.pids, 100u);
+  EXPECT_EQ(record->expires_at, clock_.Now() + config_.default_ttl);
+
+  CreateRequest custom{"python"};
+  custom.policy = R"({"network": {"allowedDomains": []}})";
+  custom.limits.pids = 10;
+  record = service_.Create(custom);
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(backend_.SpecOf(record->id).policy, *custom.policy);
+  EXPECT_EQ(backend_.SpecOf(record->id).limits.pids, 10u);
+}
+
+TEST_F(ServiceTest, CreateRefusesBadRequests) {
+  CreateRequest too_many{"python"};
+  too_many.limits.pids = 101;
+  EXPECT_EQ(service_.Create(too_many).status().code(), absl::StatusCode::kInvalidArgument);
+  CreateRequest long_ttl{"python"};
+  long_ttl.ttl = config_.max_ttl + absl::Seconds(1);
+  EXPECT_EQ(service_.Create(long_ttl).status().code(), absl::StatusCode::kInvalidArgument);
+  auto broken = service_.Create(CreateRequest{"broken"});
+  EXPECT_EQ(broken.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(broken.status().message(), HasSubstr("/nonexistent/policy.yaml"));
+  EXPECT_EQ(backend_.live_sandboxes(), 0);
+  EXPECT_EQ(registry_.size(), 0u);
+}
+
+TEST_F(ServiceTest, FailedCleanupKeepsTheRecordAsFailed) {
+  auto record = service_.Create(CreateRequest{"python"});
+  ASSERT_TRUE(record.ok());
+  backend_.FailNextDestroy(absl::InternalError("umount: busy"));
+  EXPECT_EQ(service_.Delete(record->id).status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(registry_.Get(record->id)->state, SandboxState::kFailed);
+  // A retry can still delete it.
+  ASSERT_TRUE(service_.Delete(record->id).ok());
+  EXPECT_EQ(registry_.size(), 0u);
+}
+
+TEST_F(ServiceTest, RenewIsCappedByMaxTtl) {
+  auto record = service_.Create(CreateRequest{"python"});
+  ASSERT_TRUE(record.ok());
+  EXPECT_TRUE(service_.Renew(record->id, clock_.Now() + config_.max_ttl).ok());
+  EXPECT_EQ(
+      service_.Renew(record->id, clock_.Now() + config_.max_ttl + absl::Seconds(1)).status().code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ServiceTest, ExpiredSandboxesGoThroughTheRateLimitedQueue) {
+  ASSERT_EQ(config_.recycle_per_second, 10);  // The default: 100 ms apart.
+  for (int i = 0; i < 4; ++i) {
+    CreateRequest request{"python"};
+    request.ttl = absl::Seconds(5);
+    ASSERT_TRUE(service_.Create(request).ok());
+  }
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_EQ(service_.DeleteExpired(), 4);
+  EXPECT_EQ(service_.DeleteExpired(), 0);  // Already queued.
+  // The first goes at once, the other three wait their turn: the backlog shows them.
+  EXPECT_THAT(service_.MetricsText(), ::testing::ContainsRegex("moat_recycle_backlog [234]"));
+  ASSERT_TRUE(service_.WaitRecycled(absl::Seconds(10)));
+  EXPECT_EQ(backend_.live_sandboxes(), 0);
+  EXPECT_EQ(registry_.size(), 0u);
+  EXPECT_THAT(service_.MetricsText(), HasSubstr("moat_recycle_backlog 0\n"));
+  EXPECT_THAT(service_.MetricsText(), HasSubstr("moat_recycle_duration_seconds_count 4\n"));
+}
+
+TEST_F(ServiceTest, CleanLeftoversReportsWhatTheBackendFound) {
+  CleanupReport left;
+  left.mounts_unmounted = 2;
+  backend_.AddLeftovers(left);
+  auto report = service_.CleanLeftovers();
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->mounts_unmounted, 2);
+}
+
+}  // namespace
+}  // namespace moat::agent
