@@ -10,10 +10,12 @@ find_package(GTest CONFIG REQUIRED)
 # audit log, and TLS for the daemons.
 find_package(OpenSSL REQUIRED)
 
-# Link Abseil, yaml-cpp, libseccomp and libstdc++ statically. Debian ships them as ~30 shared
+# Link Abseil, yaml-cpp, libseccomp and libcrypto statically (libstdc++ too, for the moat binary:
+# see sandbox/CMakeLists.txt; not for moat-agent, whose Debian httplib and prometheus-cpp bring the
+# shared libstdc++, and one process must not carry two). Debian ships them as ~30 shared
 # objects, and loading those costs `moat run` about 3 ms at every start, more than a third of a
 # sandbox's whole setup. The static archives come in the same -dev packages.
-option(MOAT_STATIC_DEPS "Link Abseil, yaml-cpp, libseccomp and libstdc++ statically" ON)
+option(MOAT_STATIC_DEPS "Link Abseil, yaml-cpp, libseccomp and libcrypto statically" ON)
 add_library(moat_deps INTERFACE)
 if(MOAT_STATIC_DEPS)
   get_target_property(absl_base_so absl::base IMPORTED_LOCATION_NONE)
@@ -28,8 +30,7 @@ if(MOAT_STATIC_DEPS)
   # A group: the archives depend on each other in no simple order.
   target_link_libraries(moat_deps INTERFACE
     -Wl,--start-group ${absl_archives} -Wl,--end-group ${YAML_CPP_ARCHIVE} ${SECCOMP_ARCHIVE}
-    ${CRYPTO_ARCHIVE}
-    -static-libstdc++ -static-libgcc)
+    ${CRYPTO_ARCHIVE})
   target_include_directories(moat_deps INTERFACE ${SECCOMP_INCLUDE_DIRS})
   get_target_property(yaml_includes yaml-cpp INTERFACE_INCLUDE_DIRECTORIES)
   if(yaml_includes)
