@@ -428,19 +428,69 @@ print("udp-testnet", udp("192.0.2.1", 53))
   EXPECT_EQ(world().Stats()["http_requests"].get<int>(), before);
 }
 
+// Clients that ignore the proxy variables: allowed names resolve to local addresses of the
+// supervisor's, which take every port (the fixture's servers are on ephemeral ports, and the
+// allow entries name none).
 TEST_F(EgressTest, TransparentModeServesClientsWithoutProxySupport) {
-  const std::string policy = Policy(absl::StrCat(
-      "  allowedDomains: ['allowed.test:", world().http(), "']\n  transparent: true\n"));
-  nlohmann::json r = Run(
-      policy, absl::StrCat("unset http_proxy HTTP_PROXY https_proxy HTTPS_PROXY all_proxy "
-                           "ALL_PROXY; ",
-                           Curl(absl::StrCat("--noproxy '*' ", Url("allowed.test", "/direct"))),
-                           "; ", Curl(absl::StrCat("--noproxy '*' ", Url("denied.test", "/d")))));
+  const std::string policy =
+      Policy("  allowedDomains: [allowed.test, secure.test]\n  transparent: true\n");
+  nlohmann::json r =
+      Run(policy,
+          absl::StrCat("unset http_proxy HTTP_PROXY https_proxy HTTPS_PROXY all_proxy ALL_PROXY; ",
+                       Curl(absl::StrCat("--noproxy '*' ", Url("allowed.test", "/direct"))), "; ",
+                       Curl(absl::StrCat("--noproxy '*' --cacert ", world().cert(),
+                                         " https://secure.test:", world().https(), "/tls")),
+                       "; ", Curl(absl::StrCat("--noproxy '*' ", Url("denied.test", "/d"))),
+                       "; getent hosts allowed.test"));
   ASSERT_TRUE(r.is_object());
   EXPECT_THAT(Out(r), HasSubstr(absl::StrCat("hello allowed.test:", world().http(), " /direct")))
       << Describe(r);
+  EXPECT_THAT(Out(r), HasSubstr(absl::StrCat("hello secure.test:", world().https(), " /tls")))
+      << Describe(r);
   EXPECT_THAT(Out(r), HasSubstr("/d status=000")) << Describe(r);
-  EXPECT_EQ(AuditFor("allowed.test", "transparent")["allowed"], true) << ReadFile(AuditLog());
+  EXPECT_THAT(Out(r), HasSubstr("127.77.")) << "allowed names resolve to the supervisor's\n"
+                                            << Describe(r);
+  nlohmann::json audit = AuditFor("allowed.test", "transparent");
+  ASSERT_FALSE(audit.is_null()) << ReadFile(AuditLog());
+  EXPECT_EQ(audit["allowed"], true);
+  EXPECT_EQ(audit["port"], world().http());
+  EXPECT_EQ(audit["address"], "127.0.0.1");
+}
+
+// A transparent address takes connections only for the name it was handed out for, and only
+// within the policy; raw connections to the range without a lookup go nowhere.
+TEST_F(EgressTest, TransparentAddressesAreNotAWayAround) {
+  const std::string policy = Policy(absl::StrCat(
+      "  allowedDomains: [allowed.test]\n  deniedDomains: ['allowed.test:", world().https(),
+      "']\n  transparent: true\n"));
+  const std::string script = absl::StrCat(R"(
+import socket
+def tcp(host, port):
+    try:
+        s = socket.create_connection((host, port), timeout=5)
+        s.sendall(b"GET /raw HTTP/1.0\r\nHost: x\r\n\r\n")
+        data = s.recv(100)
+        return "got " + data.decode(errors="replace").split("\r\n")[0] if data else "closed"
+    except OSError as e:
+        return type(e).__name__
+print("unassigned", tcp("127.77.200.1", )",
+                                          world().http(), R"())
+a = socket.gethostbyname("allowed.test")
+print("assigned", a.startswith("127.77."), tcp(a, )",
+                                          world().http(), R"())
+print("denied-port", tcp(a, )",
+                                          world().https(), R"())
+)");
+  const int before = world().Stats()["http_requests"];
+  nlohmann::json r =
+      RunJson({"--policy", policy, "--audit-log", AuditLog()}, {"python3", "-c", script});
+  ASSERT_TRUE(r.is_object());
+  // Refused connections are closed (or reset: the request was already sent) without a reply.
+  EXPECT_THAT(Out(r), Not(HasSubstr("unassigned got"))) << Describe(r);
+  EXPECT_THAT(Out(r), HasSubstr("assigned True got HTTP/1.0 200")) << Describe(r);
+  EXPECT_THAT(Out(r), Not(HasSubstr("denied-port got"))) << Describe(r);
+  EXPECT_TRUE(HasViolation(r, "network", "127.77.200.1")) << Describe(r);
+  EXPECT_EQ(world().Stats()["http_requests"].get<int>(), before + 1);
 }
 
 TEST_F(EgressTest, TheSandboxCannotReadTheAuditLogOrChangeItsProxy) {

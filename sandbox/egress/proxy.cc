@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -90,6 +91,20 @@ void EgressProxy::AddSocksListener(UniqueFd listener) {
 
 void EgressProxy::AddTransparentListener(UniqueFd listener, std::string name) {
   AddListener(std::move(listener), Door::kTransparent, std::move(name));
+}
+
+void EgressProxy::SetTransparentNames(std::function<std::string(const IpAddress&)> name_of) {
+  transparent_names_ = std::move(name_of);
+}
+
+std::string EgressProxy::TransparentName(int client) const {
+  if (!transparent_names_) return "";
+  struct sockaddr_storage local;
+  socklen_t length = sizeof(local);
+  if (::getsockname(client, reinterpret_cast<struct sockaddr*>(&local), &length) != 0) return "";
+  std::optional<IpAddress> address =
+      IpAddress::FromSockaddr(reinterpret_cast<const struct sockaddr*>(&local));
+  return address ? transparent_names_(*address) : "";
 }
 
 void EgressProxy::AddListener(UniqueFd listener, Door door, std::string name) {
@@ -267,6 +282,23 @@ void EgressProxy::Serve(uint64_t id, UniqueFd client, Door door, std::string nam
         ServeSocks(session);
         break;
       case Door::kTransparent:
+        if (name.empty()) name = TransparentName(client.get());
+        if (name.empty()) {
+          session.record().method = "TCP";
+          struct sockaddr_storage local;
+          socklen_t length = sizeof(local);
+          if (::getsockname(client.get(), reinterpret_cast<struct sockaddr*>(&local), &length) ==
+              0) {
+            if (std::optional<IpAddress> address =
+                    IpAddress::FromSockaddr(reinterpret_cast<const struct sockaddr*>(&local))) {
+              session.record().host = address->ToString();
+              session.record().port =
+                  ntohs(reinterpret_cast<struct sockaddr_in*>(&local)->sin_port);
+            }
+          }
+          session.RecordRefusal(403, "no allowed name was handed out for this address");
+          break;
+        }
         ServeTransparent(session, name);
         break;
     }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -57,6 +58,10 @@ class EgressProxy {
   // Transparent mode: every connection accepted on `listener` is for `name` (the allowed name
   // the DNS stub answered with this listener's local address) at the listener's port.
   void AddTransparentListener(UniqueFd listener, std::string name);
+  // Transparent mode on every port (sk_lookup.h): a listener added with an empty name serves
+  // connections for the name `name_of` gives the local address the client dialled; an empty
+  // result refuses the connection. Call before Start().
+  void SetTransparentNames(std::function<std::string(const IpAddress&)> name_of);
 
   absl::Status Start();
   // Closes the listeners and every open connection and joins all threads. Idempotent.
@@ -92,6 +97,10 @@ class EgressProxy {
   void ReapFinished();
   void Wake();
 
+  // The name a connection to a transparent listener without a name is for ("" if none).
+  std::string TransparentName(int client) const;
+
+  std::function<std::string(const IpAddress&)> transparent_names_;  // set before Start()
   const ProxyConfig config_;
   const EgressRules rules_;
   const AddressPolicy addresses_;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "sandbox/egress/netns_sockets.h"
 #include "sandbox/egress/rate_limiter.h"
+#include "sandbox/egress/sk_lookup.h"
 #include "sandbox/egress/target.h"
 #include "sandbox/util/errno_status.h"
 #include "sandbox/util/status_macros.h"
@@ -22,7 +23,8 @@ namespace moat::egress {
 namespace {
 
 // Transparent mode hands out 127.77.0.1, 127.77.0.2, ...: inside the sandbox every 127/8 address
-// is local, so a listener can be bound on each without configuring anything.
+// is local, so connections to them stay in the sandbox's namespace, where the supervisor's
+// listener takes them on every port (sk_lookup.h).
 constexpr uint32_t kTransparentBase = (127u << 24) | (77u << 16);
 constexpr uint32_t kTransparentMax = 0xfffe;
 
@@ -238,10 +240,34 @@ absl::Status EgressSession::Attach(int pidfd) {
   }));
   proxy_->AddHttpListener(std::move(http));
   proxy_->AddSocksListener(std::move(socks));
+  if (options_.transparent) RETURN_IF_ERROR(SteerTransparentAddresses());
   RETURN_IF_ERROR(proxy_->Start());
   auto stub = std::make_shared<DnsStub>(std::move(dns_udp), std::move(dns_tcp),
                                         [this](const DnsQuestion& q) { return Answer(q); });
   dns_thread_ = std::thread([stub, stop = stop_.get()] { stub->Serve(stop); });
+  return absl::OkStatus();
+}
+
+absl::Status EgressSession::SteerTransparentAddresses() {
+  // One listener takes every port of every transparent address (sk_lookup.h). Without BPF
+  // (older kernels) TransparentAddress() falls back to listeners on the allowed ports.
+  UniqueFd listener, netns;
+  RETURN_IF_ERROR(InNetworkNamespace(pidfd_, [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(listener, ListenTcp(IpAddress::V4(0x7f000001), 0));
+    netns.reset(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+    if (!netns) return ErrnoStatus("egress: open the sandbox's network namespace");
+    return absl::OkStatus();
+  }));
+  absl::StatusOr<SkLookupSteering> steering =
+      SkLookupSteering::Attach(netns.get(), listener.get(), kTransparentBase, 0xffff0000);
+  if (!steering.ok()) return absl::OkStatus();
+  steering_ = std::make_unique<SkLookupSteering>(*std::move(steering));
+  proxy_->SetTransparentNames([this](const IpAddress& local) -> std::string {
+    absl::MutexLock lock(&mu_);
+    auto it = transparent_names_.find(local);
+    return it == transparent_names_.end() ? "" : it->second;
+  });
+  proxy_->AddTransparentListener(std::move(listener), "");
   return absl::OkStatus();
 }
 
@@ -321,20 +347,24 @@ absl::StatusOr<IpAddress> EgressSession::TransparentAddress(const CanonicalHost&
     return absl::ResourceExhaustedError("egress: too many names for transparent mode");
   }
   const IpAddress local = IpAddress::V4(kTransparentBase + next_transparent_);
-  bool any_port = false;
-  std::vector<uint16_t> ports = rules_->AllowedPorts(host, &any_port);
-  if (any_port) ports = {80, 443};
-  std::vector<UniqueFd> listeners;
-  RETURN_IF_ERROR(InNetworkNamespace(pidfd_, [&]() -> absl::Status {
-    for (uint16_t port : ports) {
-      ASSIGN_OR_RETURN(UniqueFd fd, ListenTcp(local, port));
-      listeners.push_back(std::move(fd));
-    }
-    return absl::OkStatus();
-  }));
-  for (UniqueFd& fd : listeners) proxy_->AddTransparentListener(std::move(fd), host.text);
+  if (!steering_) {
+    // No sk_lookup: a listener per allowed port (80 and 443 when the entry names none).
+    bool any_port = false;
+    std::vector<uint16_t> ports = rules_->AllowedPorts(host, &any_port);
+    if (any_port) ports = {80, 443};
+    std::vector<UniqueFd> listeners;
+    RETURN_IF_ERROR(InNetworkNamespace(pidfd_, [&]() -> absl::Status {
+      for (uint16_t port : ports) {
+        ASSIGN_OR_RETURN(UniqueFd fd, ListenTcp(local, port));
+        listeners.push_back(std::move(fd));
+      }
+      return absl::OkStatus();
+    }));
+    for (UniqueFd& fd : listeners) proxy_->AddTransparentListener(std::move(fd), host.text);
+  }
   ++next_transparent_;
   transparent_.emplace(host.text, local);
+  transparent_names_.emplace(local, host.text);
   return local;
 }
 
@@ -347,6 +377,7 @@ std::vector<sandbox::Violation> EgressSession::Finish() {
   }
   if (dns_thread_.joinable()) dns_thread_.join();
   if (proxy_) proxy_->Stop();
+  steering_.reset();
   return recorder_ ? recorder_->Take() : std::vector<sandbox::Violation>{};
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -27,6 +28,7 @@
 #include "sandbox/egress/rate_limiter.h"
 #include "sandbox/egress/resolver.h"
 #include "sandbox/egress/rules.h"
+#include "sandbox/egress/sk_lookup.h"
 #include "sandbox/result.h"
 #include "sandbox/util/unique_fd.h"
 
@@ -78,6 +80,8 @@ class EgressSession {
   StubAnswer Answer(const DnsQuestion& question);
   // Transparent mode: the local address standing for `name`, with its listeners made on first use.
   absl::StatusOr<IpAddress> TransparentAddress(const CanonicalHost& host);
+  // Steers every port of the transparent range to one listener of the proxy, if BPF allows.
+  absl::Status SteerTransparentAddresses();
 
   EgressOptions options_;
   std::unique_ptr<EgressRules> rules_;
@@ -93,6 +97,8 @@ class EgressSession {
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, IpAddress> transparent_ ABSL_GUARDED_BY(mu_);
+  std::map<IpAddress, std::string> transparent_names_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<SkLookupSteering> steering_;
   uint32_t next_transparent_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
