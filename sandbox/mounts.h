@@ -44,8 +44,10 @@ struct MountOptions {
   std::vector<std::pair<std::string, std::string>> file_overlays;
   // Build the root (host entries, /run, /dev, /tmp, /workspace) here as one detached tree for the
   // child to attach (root_tree.h), when the kernel can and `sandbox_ids` is set; false: the child
-  // builds it step by step (what older kernels get).
-  bool prebuild_root = true;
+  // builds it step by step, overlapping the supervisor's cgroup work. Off by default: measured
+  // with bench/run.sh --order=shuffle --moat-b on this 2-CPU machine, the child-built root was
+  // 0.04-0.27 ms faster for /bin/true in three runs out of three (docs/performance.md).
+  bool prebuild_root = false;
 };
 
 // One prepared step. All strings are owned by the plan and never move after Build().

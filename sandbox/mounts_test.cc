@@ -138,13 +138,14 @@ TEST(MountPlanTest, WritablePathUnderProcIsRefused) {
   EXPECT_THAT(std::string(plan.status().message()), HasSubstr("is under /proc"));
 }
 
-// With the sandbox's ids (as the runner gives them), the supervisor builds the root itself
+// Asked to (prebuild_root) and with the sandbox's ids, the supervisor builds the root itself
 // (root_tree.h) and the child attaches it: no host binds, no tmpfs, no /dev steps left.
 TEST(MountPlanTest, RootBuiltAheadLeavesTheChildTheRest) {
   if (::geteuid() != 0) GTEST_SKIP() << "building mounts needs root";
   MountOptions options;
   options.sandbox_ids = std::make_pair(65534, 65534);
   options.hidden_paths = {"/var/tmp"};
+  options.prebuild_root = true;
   absl::StatusOr<MountPlan> plan = MountPlan::Build(options);
   ASSERT_TRUE(plan.ok()) << plan.status();
   if (!plan->root_prebuilt()) GTEST_SKIP() << "this kernel cannot mount onto a detached tree";
@@ -163,7 +164,7 @@ TEST(MountPlanTest, RootBuiltAheadLeavesTheChildTheRest) {
   EXPECT_LT(IndexOf(*plan, K::kProc, "/tmp/proc"), IndexOf(*plan, K::kHideInRoot, "/var/tmp"));
   EXPECT_EQ(plan->steps().back().kind, K::kPivot);
 
-  options.prebuild_root = false;  // what kernels before 6.15 get
+  options.prebuild_root = false;  // the default, and what kernels before 6.15 get
   absl::StatusOr<MountPlan> child_built = MountPlan::Build(options);
   ASSERT_TRUE(child_built.ok()) << child_built.status();
   EXPECT_FALSE(child_built->root_prebuilt());
