@@ -170,8 +170,7 @@ TEST_F(RunnerTest, SupervisorBuiltAndChildBuiltRootsLookTheSame) {
     std::string out;
     for (absl::string_view line : absl::StrSplit(s, '\n')) {
       if (absl::EndsWith(line, " proc")) continue;
-      absl::StrAppend(&out, absl::StrJoin(absl::StrSplit(line, ' ', absl::SkipEmpty()), " "),
-                      "\n");
+      absl::StrAppend(&out, absl::StrJoin(absl::StrSplit(line, ' ', absl::SkipEmpty()), " "), "\n");
     }
     return out;
   };

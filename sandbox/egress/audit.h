@@ -21,7 +21,7 @@ struct AuditRecord {
   std::string method;    // HTTP method, "CONNECT", "SOCKS5", "TCP", "A"/"AAAA" for DNS
   std::string host;      // canonical host, or the raw one (escaped) when it was refused as invalid
   uint16_t port = 0;
-  std::string address;  // the address dialled (or refused); empty when never resolved
+  std::string address;      // the address dialled (or refused); empty when never resolved
   uint64_t bytes_up = 0;    // sandbox -> destination, bodies and tunnelled bytes
   uint64_t bytes_down = 0;  // destination -> sandbox
   int status = 0;           // HTTP status sent to the client (200 for a tunnel that opened)

@@ -30,7 +30,7 @@ class IpAddress {
   static std::optional<IpAddress> FromSockaddr(const struct sockaddr* addr);
 
   bool is_v4() const { return v4_; }
-  uint32_t v4() const { return v4_value_; }  // host byte order; only when is_v4()
+  uint32_t v4() const { return v4_value_; }                  // host byte order; only when is_v4()
   const std::array<uint8_t, 16>& v6() const { return v6_; }  // only when !is_v4()
 
   // The IPv4 address an IPv6 address stands for when it embeds one (IPv4-mapped ::ffff:a.b.c.d,
