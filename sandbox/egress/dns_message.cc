@@ -18,8 +18,6 @@
 namespace moat::egress {
 namespace {
 
-// RFC 1035 4.1.1: the fixed header.
-constexpr size_t kHeaderSize = 12;
 // RFC 1035 2.3.4: labels of at most 63 bytes, names of at most 255 bytes on the wire.
 constexpr size_t kMaxLabel = 63;
 constexpr size_t kMaxWireName = 255;
@@ -29,12 +27,6 @@ constexpr int kMaxPointerHops = 16;
 // CNAME chains longer than this are not followed (resolvers use similar bounds, e.g. 8 to 16).
 constexpr int kMaxCnameLinks = 16;
 
-constexpr uint16_t kFlagQr = 0x8000;
-constexpr uint16_t kFlagTc = 0x0200;
-constexpr uint16_t kFlagRd = 0x0100;
-constexpr uint16_t kFlagRa = 0x0080;
-constexpr int kOpcodeShift = 11;
-constexpr uint16_t kOpcodeMask = 0xF;
 constexpr uint16_t kRcodeMask = 0xF;
 
 absl::Status Malformed(absl::string_view what) {
@@ -87,7 +79,7 @@ class Reader {
         }
         const size_t target = static_cast<size_t>(length & 0x3F) << 8 | message_[position + 1];
         // Strictly backwards and never into the header: this is what rules out loops.
-        if (target >= position || target < kHeaderSize) {
+        if (target >= position || target < kDnsHeaderSize) {
           return Malformed(absl::StrCat("compression pointer not pointing back in ", what));
         }
         if (++hops > kMaxPointerHops) {
@@ -138,7 +130,7 @@ struct Header {
 };
 
 absl::StatusOr<Header> ReadHeader(Reader& reader) {
-  if (reader.remaining() < kHeaderSize) return Malformed("shorter than the 12-byte header");
+  if (reader.remaining() < kDnsHeaderSize) return Malformed("shorter than the 12-byte header");
   Header header;
   ASSIGN_OR_RETURN(header.id, reader.U16("header"));
   ASSIGN_OR_RETURN(header.flags, reader.U16("header"));
@@ -219,8 +211,9 @@ void PutHeader(std::vector<uint8_t>& out, const Header& header) {
 absl::StatusOr<DnsQuery> ParseDnsQuery(absl::Span<const uint8_t> message) {
   Reader reader(message);
   ASSIGN_OR_RETURN(Header header, ReadHeader(reader));
-  if (header.flags & kFlagQr) return Malformed("a response where a query was expected");
-  if (((header.flags >> kOpcodeShift) & kOpcodeMask) != 0) return Malformed("opcode is not QUERY");
+  if (header.flags & kDnsFlagQr) return Malformed("a response where a query was expected");
+  if (((header.flags >> kDnsOpcodeShift) & kDnsOpcodeMask) != 0)
+    return Malformed("opcode is not QUERY");
   if (header.qdcount != 1) {
     return Malformed(absl::StrCat(header.qdcount, " questions, expected exactly 1"));
   }
@@ -229,7 +222,7 @@ absl::StatusOr<DnsQuery> ParseDnsQuery(absl::Span<const uint8_t> message) {
   }
   DnsQuery query;
   query.id = header.id;
-  query.recursion_desired = (header.flags & kFlagRd) != 0;
+  query.recursion_desired = (header.flags & kDnsFlagRd) != 0;
   ASSIGN_OR_RETURN(query.question, ReadQuestion(reader));
   // Additional records (an EDNS OPT record from most clients) are checked for bounds, not used.
   for (int i = 0; i < header.arcount; ++i) {
@@ -249,25 +242,26 @@ std::vector<uint8_t> BuildDnsResponse(const DnsQuery& query, uint8_t rcode,
   }
   Header header;
   header.id = query.id;
-  header.flags = kFlagQr | kFlagRa | (query.recursion_desired ? kFlagRd : 0) | (rcode & kRcodeMask);
+  header.flags =
+      kDnsFlagQr | kDnsFlagRa | (query.recursion_desired ? kDnsFlagRd : 0) | (rcode & kRcodeMask);
   header.qdcount = 1;
   header.ancount = count;
   std::vector<uint8_t> out;
-  out.reserve(kHeaderSize + query.question.name.size() + 6 + count * 28);
+  out.reserve(kDnsHeaderSize + query.question.name.size() + 6 + count * 28);
   PutHeader(out, header);
   PutName(out, query.question.name);
   PutU16(out, query.question.type);
   PutU16(out, query.question.klass);
   for (const IpAddress& address : answers) {
     if (address.is_v4() && want_v4) {
-      PutU16(out, 0xC000 | kHeaderSize);  // the question's name
+      PutU16(out, 0xC000 | kDnsHeaderSize);  // the question's name
       PutU16(out, kDnsTypeA);
       PutU16(out, kDnsClassIn);
       PutU32(out, ttl);
       PutU16(out, 4);
       PutU32(out, address.v4());
     } else if (!address.is_v4() && want_v6) {
-      PutU16(out, 0xC000 | kHeaderSize);
+      PutU16(out, 0xC000 | kDnsHeaderSize);
       PutU16(out, kDnsTypeAaaa);
       PutU16(out, kDnsClassIn);
       PutU32(out, ttl);
@@ -281,10 +275,10 @@ std::vector<uint8_t> BuildDnsResponse(const DnsQuery& query, uint8_t rcode,
 std::vector<uint8_t> BuildDnsQuery(uint16_t id, absl::string_view name, uint16_t type) {
   Header header;
   header.id = id;
-  header.flags = kFlagRd;
+  header.flags = kDnsFlagRd;
   header.qdcount = 1;
   std::vector<uint8_t> out;
-  out.reserve(kHeaderSize + name.size() + 6);
+  out.reserve(kDnsHeaderSize + name.size() + 6);
   PutHeader(out, header);
   PutName(out, name);
   PutU16(out, type);
@@ -295,14 +289,14 @@ std::vector<uint8_t> BuildDnsQuery(uint16_t id, absl::string_view name, uint16_t
 absl::StatusOr<DnsResponse> ParseDnsResponse(absl::Span<const uint8_t> message) {
   Reader reader(message);
   ASSIGN_OR_RETURN(Header header, ReadHeader(reader));
-  if (!(header.flags & kFlagQr)) return Malformed("a query where a response was expected");
+  if (!(header.flags & kDnsFlagQr)) return Malformed("a query where a response was expected");
   if (header.qdcount != 1) {
     return Malformed(absl::StrCat(header.qdcount, " questions, expected exactly 1"));
   }
   DnsResponse response;
   response.id = header.id;
   response.rcode = header.flags & kRcodeMask;
-  response.truncated = (header.flags & kFlagTc) != 0;
+  response.truncated = (header.flags & kDnsFlagTc) != 0;
   ASSIGN_OR_RETURN(response.question, ReadQuestion(reader));
   // A truncated response may end anywhere; its records are not to be used (RFC 2181 9), the
   // caller retries over TCP.

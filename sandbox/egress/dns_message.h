@@ -3,6 +3,7 @@
 // queries come from sandboxed code and the responses from the network.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,6 +19,16 @@ inline constexpr uint16_t kDnsTypeA = 1;
 inline constexpr uint16_t kDnsTypeCname = 5;
 inline constexpr uint16_t kDnsTypeAaaa = 28;
 inline constexpr uint16_t kDnsClassIn = 1;
+
+// The fixed header (RFC 1035 4.1.1): its size and flag bits, shared by the codec and the stub's
+// header-only replies.
+inline constexpr size_t kDnsHeaderSize = 12;
+inline constexpr uint16_t kDnsFlagQr = 0x8000;
+inline constexpr uint16_t kDnsFlagTc = 0x0200;
+inline constexpr uint16_t kDnsFlagRd = 0x0100;
+inline constexpr uint16_t kDnsFlagRa = 0x0080;
+inline constexpr int kDnsOpcodeShift = 11;
+inline constexpr uint16_t kDnsOpcodeMask = 0xF;
 
 inline constexpr uint8_t kDnsNoError = 0;
 inline constexpr uint8_t kDnsFormErr = 1;

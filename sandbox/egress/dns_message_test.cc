@@ -10,9 +10,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sandbox/egress/ip_address.h"
+#include "sandbox/testing/ip_literals.h"
 
 namespace moat::egress {
 namespace {
+
+using testing::V4;
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -62,10 +65,6 @@ class Wire {
 
 constexpr uint16_t kQuery = 0x0100;     // RD
 constexpr uint16_t kResponse = 0x8180;  // QR RD RA
-
-IpAddress V4(uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
-  return IpAddress::V4(uint32_t{a} << 24 | uint32_t{b} << 16 | uint32_t{c} << 8 | d);
-}
 
 IpAddress V6Loopback() {
   std::array<uint8_t, 16> bytes{};

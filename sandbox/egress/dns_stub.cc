@@ -26,7 +26,6 @@
 namespace moat::egress {
 namespace {
 
-constexpr size_t kHeaderSize = 12;
 // RFC 1035 4.2.1: without EDNS, a UDP message has at most 512 bytes; longer answers are cut and
 // flagged TC so the client asks again over TCP.
 constexpr size_t kMaxUdpResponse = 512;
@@ -34,12 +33,6 @@ constexpr size_t kMaxTcpMessage = 65535;
 // Queries are small; anything longer than this is not one we need to read whole.
 constexpr size_t kMaxUdpQuery = 4096;
 
-constexpr uint16_t kFlagQr = 0x8000;
-constexpr uint16_t kFlagRd = 0x0100;
-constexpr uint16_t kFlagRa = 0x0080;
-constexpr uint8_t kFlagTcHigh = 0x02;  // TC within the third byte of the header
-constexpr int kOpcodeShift = 11;
-constexpr uint16_t kOpcodeMask = 0xF;
 // The poll period of the Serve loop if no eventfd could be made (workers cannot wake it then).
 constexpr int kFallbackPollMillis = 20;
 
@@ -47,9 +40,9 @@ constexpr int kFallbackPollMillis = 20;
 // id, opcode and RD echoed, no question (RFC 1035 allows that for errors).
 std::vector<uint8_t> HeaderOnlyReply(absl::Span<const uint8_t> message, uint8_t rcode) {
   const uint16_t flags = static_cast<uint16_t>(message[2] << 8 | message[3]);
-  const uint16_t reply_flags =
-      kFlagQr | (flags & (kOpcodeMask << kOpcodeShift)) | (flags & kFlagRd) | kFlagRa | rcode;
-  std::vector<uint8_t> reply(kHeaderSize, 0);
+  const uint16_t reply_flags = kDnsFlagQr | (flags & (kDnsOpcodeMask << kDnsOpcodeShift)) |
+                               (flags & kDnsFlagRd) | kDnsFlagRa | rcode;
+  std::vector<uint8_t> reply(kDnsHeaderSize, 0);
   reply[0] = message[0];
   reply[1] = message[1];
   reply[2] = static_cast<uint8_t>(reply_flags >> 8);
@@ -114,10 +107,10 @@ DnsStub::DnsStub(UniqueFd udp, UniqueFd tcp, StubAnswerer answerer)
 
 DnsStub::Triage DnsStub::Classify(absl::Span<const uint8_t> message, bool cut) {
   Triage triage;
-  if (message.size() < kHeaderSize) return triage;
+  if (message.size() < kDnsHeaderSize) return triage;
   const uint16_t flags = static_cast<uint16_t>(message[2] << 8 | message[3]);
-  if (flags & kFlagQr) return triage;
-  if (((flags >> kOpcodeShift) & kOpcodeMask) != 0) {
+  if (flags & kDnsFlagQr) return triage;
+  if (((flags >> kDnsOpcodeShift) & kDnsOpcodeMask) != 0) {
     triage.reply = HeaderOnlyReply(message, kDnsNotImp);
     return triage;
   }
@@ -151,7 +144,7 @@ std::vector<uint8_t> DnsStub::Answer(const DnsQuery& query, size_t max_size) {
   const size_t fit = fixed >= max_size ? 0 : (max_size - fixed) / record_size;
   matching.resize(std::min(fit, matching.size()));
   response = BuildDnsResponse(query, rcode, matching, answer.ttl);
-  response[2] |= kFlagTcHigh;
+  response[2] |= kDnsFlagTc >> 8;  // TC within the header's third byte
   return response;
 }
 

@@ -22,27 +22,17 @@
 #include "gtest/gtest.h"
 #include "sandbox/egress/dns_message.h"
 #include "sandbox/egress/ip_address.h"
+#include "sandbox/testing/ip_literals.h"
 #include "sandbox/util/unique_fd.h"
 
 namespace moat::egress {
 namespace {
 
+using testing::V4;
+using testing::V6;
+
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
-
-IpAddress V4(uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
-  return IpAddress::V4(uint32_t{a} << 24 | uint32_t{b} << 16 | uint32_t{c} << 8 | d);
-}
-
-IpAddress V6(uint8_t last) {
-  std::array<uint8_t, 16> bytes{};
-  bytes[0] = 0x20;
-  bytes[1] = 0x01;
-  bytes[2] = 0x0d;
-  bytes[3] = 0xb8;
-  bytes[15] = last;
-  return IpAddress::V6(bytes);
-}
 
 sockaddr_in Loopback(uint16_t port) {
   sockaddr_in address{};
