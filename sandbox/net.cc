@@ -9,6 +9,8 @@
 #include <cstring>
 
 #include "sandbox/child_failure.h"
+#include "sandbox/util/errno_status.h"
+#include "sandbox/util/unique_fd.h"
 
 namespace moat::sandbox {
 
@@ -28,6 +30,18 @@ bool BringUpLoopback(int error_fd) {
   }
   ::close(fd);
   return ok;
+}
+
+absl::Status BringUpLoopbackInThisThread() {
+  UniqueFd sock(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!sock) return ErrnoStatus("network: socket to bring lo up");
+  struct ifreq ifr = {};
+  std::memcpy(ifr.ifr_name, "lo", 3);
+  if (::ioctl(sock.get(), SIOCGIFFLAGS, &ifr) != 0) return ErrnoStatus("network: flags of lo");
+  if ((ifr.ifr_flags & IFF_UP) != 0) return absl::OkStatus();
+  ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+  if (::ioctl(sock.get(), SIOCSIFFLAGS, &ifr) != 0) return ErrnoStatus("network: bring lo up");
+  return absl::OkStatus();
 }
 
 }  // namespace moat::sandbox

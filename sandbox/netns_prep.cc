@@ -1,9 +1,7 @@
 #include "sandbox/netns_prep.h"
 
 #include <fcntl.h>
-#include <net/if.h>
 #include <sched.h>
-#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "sandbox/net.h"
 #include "sandbox/util/errno_status.h"
 #include "sandbox/util/status_macros.h"
 
@@ -18,17 +17,6 @@ namespace moat::sandbox {
 namespace {
 
 constexpr char kThreadNetns[] = "/proc/thread-self/ns/net";
-
-absl::Status BringUpLoopbackHere() {
-  UniqueFd sock(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (!sock) return ErrnoStatus("network: socket to bring lo up");
-  struct ifreq ifr = {};
-  std::memcpy(ifr.ifr_name, "lo", 3);
-  if (::ioctl(sock.get(), SIOCGIFFLAGS, &ifr) != 0) return ErrnoStatus("network: flags of lo");
-  ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-  if (::ioctl(sock.get(), SIOCSIFFLAGS, &ifr) != 0) return ErrnoStatus("network: bring lo up");
-  return absl::OkStatus();
-}
 
 // A new sysfs instance shows the network devices of the mounting thread's namespace.
 absl::StatusOr<UniqueFd> DetachedSysfs() {
@@ -57,7 +45,7 @@ absl::StatusOr<PreparedNetwork> PrepareNetwork() {
     PreparedNetwork net;
     net.netns.reset(::open(kThreadNetns, O_RDONLY | O_CLOEXEC));
     if (!net.netns) return ErrnoStatus("network: open the new namespace");
-    RETURN_IF_ERROR(BringUpLoopbackHere());
+    RETURN_IF_ERROR(BringUpLoopbackInThisThread());
     ASSIGN_OR_RETURN(net.sysfs, DetachedSysfs());
     return net;
   }();

@@ -1,13 +1,10 @@
 #include "sandbox/egress/netns_sockets.h"
 
 #include <fcntl.h>
-#include <net/if.h>
 #include <sched.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstring>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -44,18 +41,6 @@ absl::Status InNetworkNamespace(int pidfd, absl::FunctionRef<absl::Status()> fn)
   });
   worker.join();
   return status;
-}
-
-absl::Status BringUpLoopback() {
-  UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (!fd) return ErrnoStatus("egress: create a socket to configure lo");
-  struct ifreq ifr = {};
-  std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
-  if (::ioctl(fd.get(), SIOCGIFFLAGS, &ifr) != 0) return ErrnoStatus("egress: read lo's flags");
-  if (ifr.ifr_flags & IFF_UP) return absl::OkStatus();
-  ifr.ifr_flags |= IFF_UP;
-  if (::ioctl(fd.get(), SIOCSIFFLAGS, &ifr) != 0) return ErrnoStatus("egress: set lo up");
-  return absl::OkStatus();
 }
 
 absl::StatusOr<UniqueFd> ListenTcp(const IpAddress& address, uint16_t port) {

@@ -19,10 +19,6 @@ namespace moat::egress {
 // created the sandbox has). The calling thread's namespace never changes.
 absl::Status InNetworkNamespace(int pidfd, absl::FunctionRef<absl::Status()> fn);
 
-// In the calling thread's namespace: sets `lo` up (idempotent; the sandbox's init does the same),
-// since addresses on lo exist only once it is up.
-absl::Status BringUpLoopback();
-
 // A TCP socket bound to address:port and listening; CLOEXEC and non-blocking.
 absl::StatusOr<UniqueFd> ListenTcp(const IpAddress& address, uint16_t port);
 // A UDP socket bound to address:port; CLOEXEC and non-blocking.

@@ -16,6 +16,7 @@
 #include "sandbox/egress/rate_limiter.h"
 #include "sandbox/egress/sk_lookup.h"
 #include "sandbox/egress/target.h"
+#include "sandbox/net.h"
 #include "sandbox/util/errno_status.h"
 #include "sandbox/util/status_macros.h"
 
@@ -231,7 +232,7 @@ absl::Status EgressSession::Attach(int pidfd) {
   const IpAddress localhost = IpAddress::V4(0x7f000001);
   UniqueFd http, socks, dns_udp, dns_tcp;
   RETURN_IF_ERROR(InNetworkNamespace(pidfd, [&]() -> absl::Status {
-    RETURN_IF_ERROR(BringUpLoopback());
+    RETURN_IF_ERROR(sandbox::BringUpLoopbackInThisThread());
     ASSIGN_OR_RETURN(http, ListenTcp(localhost, kHttpProxyPort));
     ASSIGN_OR_RETURN(socks, ListenTcp(localhost, kSocksPort));
     ASSIGN_OR_RETURN(dns_udp, BindUdp(localhost, kDnsPort));

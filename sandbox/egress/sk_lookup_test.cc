@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "sandbox/egress/ip_address.h"
 #include "sandbox/egress/netns_sockets.h"
+#include "sandbox/net.h"
 
 namespace moat::egress {
 namespace {
@@ -38,7 +39,7 @@ TEST(SkLookupSteeringTest, EveryPortOfTheRangeReachesTheListener) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root (a network namespace and BPF)";
   std::thread worker([] {
     ASSERT_EQ(::unshare(CLONE_NEWNET), 0);
-    ASSERT_TRUE(BringUpLoopback().ok());
+    ASSERT_TRUE(sandbox::BringUpLoopbackInThisThread().ok());
     absl::StatusOr<UniqueFd> listener = ListenTcp(IpAddress::V4(0x7f000001), 0);
     ASSERT_TRUE(listener.ok()) << listener.status();
     UniqueFd netns(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
