@@ -512,11 +512,14 @@ TEST_F(EgressTest, TheSandboxCannotReadTheAuditLogOrChangeItsProxy) {
 }
 
 TEST_F(EgressTest, NoAllowedDomainMeansNoProxyAndNoDns) {
-  nlohmann::json r = RunJson({}, Sh("env | grep -ci proxy; getent hosts allowed.test; "
-                                    "echo rc=$?; cat /etc/resolv.conf | grep -c 127.0.0.1"));
+  nlohmann::json r = RunJson({}, Sh("echo proxies=$(env | grep -ci proxy); "
+                                    "getent hosts allowed.test; echo rc=$?; "
+                                    "echo stub=$(grep -c 'Written by moat' /etc/resolv.conf)"));
   ASSERT_TRUE(r.is_object());
-  EXPECT_THAT(Out(r), HasSubstr("0\n")) << Describe(r);
+  EXPECT_THAT(Out(r), HasSubstr("proxies=0\n")) << Describe(r);
   EXPECT_THAT(Out(r), HasSubstr("rc=2")) << Describe(r);
+  EXPECT_THAT(Out(r), HasSubstr("stub=0\n")) << "the host's resolv.conf was replaced\n"
+                                             << Describe(r);
 }
 
 }  // namespace
