@@ -1,8 +1,11 @@
 include(GoogleTest)
 
-# moat_add_tests(<library> <dir>): one test binary per `<dir>/*_test.cc`, linked with <library>.
-# Tests sit beside the code they test; adding a file is enough to add a test binary.
+# moat_add_tests(<library> <dir> [SERIAL <name>...]): one test binary per `<dir>/*_test.cc`,
+# linked with <library>. Tests sit beside the code they test; adding a file is enough to add a
+# test binary. The binaries named after SERIAL run with no other test beside them (ctest
+# RUN_SERIAL), for tests of host-wide state that any concurrent sandbox would disturb.
 function(moat_add_tests library dir)
+  cmake_parse_arguments(PARSE_ARGV 2 arg "" "" "SERIAL")
   file(GLOB test_sources CONFIGURE_DEPENDS ${dir}/*_test.cc)
   foreach(src ${test_sources})
     get_filename_component(name ${src} NAME_WE)
@@ -11,8 +14,12 @@ function(moat_add_tests library dir)
     set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
     # One variable only: gtest_discover_tests splits a list-valued ENVIRONMENT into separate
     # property arguments, garbling the properties after it.
+    set(serial FALSE)
+    if(name IN_LIST arg_SERIAL)
+      set(serial TRUE)
+    endif()
     gtest_discover_tests(${name}
-      PROPERTIES ENVIRONMENT "MOAT_BIN=$<TARGET_FILE:moat>"
+      PROPERTIES ENVIRONMENT "MOAT_BIN=$<TARGET_FILE:moat>" RUN_SERIAL ${serial}
       DISCOVERY_TIMEOUT 30)
   endforeach()
 endfunction()

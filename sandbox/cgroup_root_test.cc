@@ -287,95 +287,82 @@ TEST_F(CgroupRootTest, CleanupStaleCgroupsRemovesOnlyThoseOfDeadOwners) {
 }
 
 // A recycled cgroup is what the next Create gets, and nothing of the run before shows in the
-// next one's usage: not its OOM kill, refused forks, CPU time or peak memory.
+// next one's usage: not its OOM kill, refused forks, CPU time or peak memory. The spare pool is
+// shared by every moat on the host, so this binary runs alone under ctest (RUN_SERIAL, see
+// sandbox/CMakeLists.txt): a sandbox started beside it would claim the recycled directory.
 TEST_F(CgroupRootTest, ARecycledCgroupIsReusedAndCarriesNothingOver) {
   std::set<std::string> v1_parents;
   for (const auto& [controller, mount] : plan_.v1) v1_parents.insert(mount + "/moat");
-  // The spare pool is shared with every moat running on this host (ctest runs other sandboxes
-  // beside this test), so one of them can claim the directory recycled here, or return its own,
-  // between the Recycle and the Create. The carry-over checks below hold for whatever spare is
-  // claimed; the reuse of this test's own directory is retried a few times.
-  std::unique_ptr<Cgroup> clean;
-  bool reused_ours = false;
-  for (int attempt = 0; attempt < 5 && !reused_ours; ++attempt) {
-    if (clean) {
-      ASSERT_TRUE(clean->Destroy().ok());
-      clean.reset();
-    }
-    // Empty the pool first (spares are interchangeable: other runs just make fresh ones), so that
-    // the next Create claims the directories this test recycles.
-    std::vector<std::string> drained;
-    for (const std::string& parent : v1_parents) {
-      for (int i = 0; cgroupfs::ClaimSpareCgroup(parent, Name(absl::StrCat("drained", i))); ++i) {
-        drained.push_back(absl::StrCat(parent, "/", Name(absl::StrCat("drained", i))));
-      }
-    }
-    for (const std::string& dir : drained) ::rmdir(dir.c_str());
-
-    absl::StatusOr<std::unique_ptr<Cgroup>> dirty =
-        Create("dirty", {.memory_bytes = 32 << 20, .pids = 8, .cpus = 1});
-    ASSERT_TRUE(dirty.ok()) << dirty.status();
-    TestChild bomb([] {
-      testing::BurnCpu(50'000'000);
-      for (int i = 0; i < 20; ++i) {
-        pid_t pid = ::fork();
-        if (pid == 0) {
-          ::pause();  // until killed
-          ::_exit(0);
-        }
-        if (pid < 0) break;  // EAGAIN at pids.max: counted in pids.events
-      }
-      constexpr size_t kSize = 256 << 20;
-      volatile char* p = static_cast<char*>(std::malloc(kSize));
-      for (size_t i = 0; p != nullptr && i < kSize; i += 4096) p[i] = 1;
-      return 0;
-    });
-    ASSERT_TRUE((*dirty)->AddProcess(bomb.pid()).ok());
-    bomb.Release();
-    EXPECT_TRUE(KilledBySigkill(bomb.Wait()));
-    absl::StatusOr<CgroupUsage> before = (*dirty)->ReadUsage();
-    ASSERT_TRUE(before.ok()) << before.status();
-    EXPECT_GE(before->oom_kills, 1u);
-    EXPECT_GE(before->pids_limit_hits, 1u);
-    EXPECT_GE(before->cpu_ns, 45'000'000u);
-    EXPECT_GE(before->memory_peak_bytes, 16u << 20);
-    std::map<std::string, ino_t> inodes;  // v1 parent -> the recycled directory's inode
-    for (const std::string& dir : (*dirty)->paths()) {
-      struct stat st;
-      ASSERT_EQ(::stat(dir.c_str(), &st), 0) << dir;
-      inodes[dir.substr(0, dir.rfind('/'))] = st.st_ino;
-    }
-    ASSERT_TRUE((*dirty)->Recycle().ok());  // also kills the paused children
-    for (const std::string& dir : (*dirty)->paths()) EXPECT_FALSE(std::filesystem::exists(dir));
-
-    absl::StatusOr<std::unique_ptr<Cgroup>> claimed =
-        Create("clean", {.memory_bytes = 64 << 20, .pids = 16, .cpus = 1});
-    ASSERT_TRUE(claimed.ok()) << claimed.status();
-    clean = *std::move(claimed);
-    reused_ours = true;
-    for (const std::string& dir : clean->paths()) {
-      const std::string parent = dir.substr(0, dir.rfind('/'));
-      if (!v1_parents.contains(parent)) continue;  // cgroup2 parts are always fresh
-      struct stat st;
-      ASSERT_EQ(::stat(dir.c_str(), &st), 0) << dir;
-      reused_ours = reused_ours && st.st_ino == inodes[parent];
+  // Empty the pool first (spares are interchangeable: other runs just make fresh ones), so that
+  // the next Create claims the directories this test recycles.
+  std::vector<std::string> drained;
+  for (const std::string& parent : v1_parents) {
+    for (int i = 0; cgroupfs::ClaimSpareCgroup(parent, Name(absl::StrCat("drained", i))); ++i) {
+      drained.push_back(absl::StrCat(parent, "/", Name(absl::StrCat("drained", i))));
     }
   }
-  EXPECT_TRUE(reused_ours) << "the recycled directories were never the ones claimed next";
+  for (const std::string& dir : drained) ::rmdir(dir.c_str());
+
+  absl::StatusOr<std::unique_ptr<Cgroup>> dirty =
+      Create("dirty", {.memory_bytes = 32 << 20, .pids = 8, .cpus = 1});
+  ASSERT_TRUE(dirty.ok()) << dirty.status();
+  TestChild bomb([] {
+    testing::BurnCpu(50'000'000);
+    for (int i = 0; i < 20; ++i) {
+      pid_t pid = ::fork();
+      if (pid == 0) {
+        ::pause();  // until killed
+        ::_exit(0);
+      }
+      if (pid < 0) break;  // EAGAIN at pids.max: counted in pids.events
+    }
+    constexpr size_t kSize = 256 << 20;
+    volatile char* p = static_cast<char*>(std::malloc(kSize));
+    for (size_t i = 0; p != nullptr && i < kSize; i += 4096) p[i] = 1;
+    return 0;
+  });
+  ASSERT_TRUE((*dirty)->AddProcess(bomb.pid()).ok());
+  bomb.Release();
+  EXPECT_TRUE(KilledBySigkill(bomb.Wait()));
+  absl::StatusOr<CgroupUsage> before = (*dirty)->ReadUsage();
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_GE(before->oom_kills, 1u);
+  EXPECT_GE(before->pids_limit_hits, 1u);
+  EXPECT_GE(before->cpu_ns, 45'000'000u);
+  EXPECT_GE(before->memory_peak_bytes, 16u << 20);
+  std::map<std::string, ino_t> inodes;  // v1 parent -> the recycled directory's inode
+  for (const std::string& dir : (*dirty)->paths()) {
+    struct stat st;
+    ASSERT_EQ(::stat(dir.c_str(), &st), 0) << dir;
+    inodes[dir.substr(0, dir.rfind('/'))] = st.st_ino;
+  }
+  ASSERT_TRUE((*dirty)->Recycle().ok());  // also kills the paused children
+  for (const std::string& dir : (*dirty)->paths()) EXPECT_FALSE(std::filesystem::exists(dir));
+
+  absl::StatusOr<std::unique_ptr<Cgroup>> clean =
+      Create("clean", {.memory_bytes = 64 << 20, .pids = 16, .cpus = 1});
+  ASSERT_TRUE(clean.ok()) << clean.status();
+  for (const std::string& dir : (*clean)->paths()) {
+    const std::string parent = dir.substr(0, dir.rfind('/'));
+    if (!v1_parents.contains(parent)) continue;  // cgroup2 parts are always fresh
+    struct stat st;
+    ASSERT_EQ(::stat(dir.c_str(), &st), 0) << dir;
+    EXPECT_EQ(st.st_ino, inodes[parent]) << dir << " is not the recycled directory";
+  }
   if (OnV1("memory"))
     EXPECT_EQ(Read(Dir("memory", "clean") + "/memory.limit_in_bytes"), "67108864\n");
   if (OnV1("pids")) EXPECT_EQ(Read(Dir("pids", "clean") + "/pids.max"), "16\n");
   TestChild quiet([] { return 0; });
-  ASSERT_TRUE(clean->AddProcess(quiet.pid()).ok());
+  ASSERT_TRUE((*clean)->AddProcess(quiet.pid()).ok());
   quiet.Release();
   EXPECT_EQ(quiet.Wait(), 0);
-  absl::StatusOr<CgroupUsage> after = clean->ReadUsage();
+  absl::StatusOr<CgroupUsage> after = (*clean)->ReadUsage();
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(after->oom_kills, 0u);
   EXPECT_EQ(after->pids_limit_hits, 0u);
   EXPECT_LT(after->cpu_ns, 40'000'000u);
   EXPECT_LT(after->memory_peak_bytes, 8u << 20);
-  ASSERT_TRUE(clean->Destroy().ok());
+  ASSERT_TRUE((*clean)->Destroy().ok());
 }
 
 TEST_F(CgroupRootTest, CleanupTrimsSparesBeyondThePool) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -354,7 +355,8 @@ TEST_F(ProxyTest, HostsWithOddBytesAre400) {
   EXPECT_EQ(origin_.connections(), 0);
   const std::vector<AuditRecord> records = sink_.WaitFor(8);
   ASSERT_EQ(records.size(), 8u);
-  EXPECT_EQ(records[0].host, absl::StrCat("origin%2etest:", origin_.port()));
+  // An invalid host is recorded as sent.
+  Find(records, absl::StrCat("origin%2etest:", origin_.port()));
   for (const AuditRecord& r : records) {
     EXPECT_EQ(r.status, 400);
     EXPECT_FALSE(r.allowed);
@@ -471,8 +473,9 @@ TEST_F(ProxyTest, OversizedBodiesAre413AndNeverReachTheOrigin) {
   EXPECT_THAT(origin_.requests()[0].head, Not(HasSubstr("chunked")));
   const std::vector<AuditRecord> records = sink_.WaitFor(3);
   ASSERT_EQ(records.size(), 3u);
-  EXPECT_EQ(records[0].status, 413);
-  EXPECT_FALSE(records[0].allowed);
+  EXPECT_EQ(std::count_if(records.begin(), records.end(),
+                          [](const AuditRecord& r) { return r.status == 413 && !r.allowed; }),
+            2);
 }
 
 TEST_F(ProxyTest, ExpectContinueIsAnsweredByTheProxy) {
@@ -570,8 +573,10 @@ TEST_F(ProxyTest, Socks5Refusals) {
   }
   const std::vector<AuditRecord> records = sink_.WaitFor(8);
   ASSERT_EQ(records.size(), 8u);
-  EXPECT_THAT(records[0].reason, HasSubstr("BIND"));
-  EXPECT_EQ(records[4].host, "origin.test\\x00.evil.test");
+  EXPECT_TRUE(std::any_of(records.begin(), records.end(), [](const AuditRecord& r) {
+    return absl::StrContains(r.reason, "BIND");
+  }));
+  Find(records, "origin.test\\x00.evil.test");  // the NUL shown escaped
   for (const AuditRecord& r : records) EXPECT_FALSE(r.allowed);
 }
 
@@ -630,10 +635,11 @@ TEST_F(ProxyTest, ConnectionsOverTheLimitAreRefused) {
   EXPECT_EQ(status, 200);
   const std::vector<AuditRecord> records = sink_.WaitFor(3);
   ASSERT_GE(records.size(), 3u);
-  EXPECT_EQ(records[0].status, 503);
-  EXPECT_EQ(records[0].protocol, "http");
-  EXPECT_EQ(records[1].status, 503);
-  EXPECT_EQ(records[1].protocol, "socks5");
+  for (const char* protocol : {"http", "socks5"}) {
+    EXPECT_TRUE(std::any_of(records.begin(), records.end(), [&](const AuditRecord& r) {
+      return r.status == 503 && r.protocol == protocol;
+    })) << protocol;
+  }
 }
 
 TEST_F(ProxyTest, StopWithOpenTunnelsReturnsPromptlyAndLeavesNothingBehind) {
