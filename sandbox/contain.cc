@@ -13,8 +13,10 @@
 #include <utility>
 
 #include "sandbox/caps.h"
+#include "sandbox/child_exec.h"
 #include "sandbox/child_failure.h"
 #include "sandbox/net.h"
+#include "sandbox/reaper.h"
 #include "sandbox/seccomp_filter.h"
 #include "sandbox/util/fd_passing.h"
 
@@ -48,39 +50,6 @@ void CloseAllExcept(int* keep, int n) {
   ::close_range(from, ~0U, 0);
 }
 
-void ResetSignals() {
-  struct sigaction dfl = {};
-  dfl.sa_handler = SIG_DFL;
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);
-  }
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-}
-
-// execve with a PATH search that needs no allocation.
-void Exec(const ContainPlan& p) {
-  const char* file = p.argv[0];
-  if (std::strchr(file, '/') != nullptr) {
-    ::execve(file, p.argv.data(), p.envp.data());
-    return;
-  }
-  int first_error = ENOENT;
-  char path[4096];
-  size_t flen = std::strlen(file);
-  for (const char* dir : p.path_dirs_c) {
-    size_t dlen = std::strlen(dir);
-    if (dlen + 1 + flen + 1 > sizeof(path)) continue;
-    std::memcpy(path, dir, dlen);
-    path[dlen] = '/';
-    std::memcpy(path + dlen + 1, file, flen + 1);
-    ::execve(path, p.argv.data(), p.envp.data());
-    if (errno != ENOENT && errno != ENOTDIR && first_error == ENOENT) first_error = errno;
-  }
-  errno = first_error;
-}
-
 // The command: the last steps, then execve. Never returns.
 [[noreturn]] void RunCommand(const ContainPlan& p) {
   const int err = p.error_fd;
@@ -111,7 +80,7 @@ void Exec(const ContainPlan& p) {
     }
     ::close(listener);
   }
-  Exec(p);
+  ExecSearchingPath(p.argv[0], p.argv.data(), p.envp.data(), p.search_path.c_str());
   int e = errno;
   ReportChildFailure(err, "execve", p.argv[0], e);
   ::_exit(e == ENOENT ? 127 : 126);
@@ -126,8 +95,6 @@ void ContainPlan::Finalize() {
   envp.clear();
   for (std::string& e : env_storage) envp.push_back(e.data());
   envp.push_back(nullptr);
-  path_dirs_c.clear();
-  for (const std::string& d : path_dirs) path_dirs_c.push_back(d.c_str());
 }
 
 void ContainAndRun(const ContainPlan& p) {
@@ -167,6 +134,28 @@ void ContainAndRun(const ContainPlan& p) {
   if (!DropAllCapabilities(p.last_cap, err)) ::_exit(125);
   // Init must not be traced or inspected by the command, which runs as the same uid.
   ::prctl(PR_SET_DUMPABLE, 0);
+
+  if (p.reaper) {
+    // A long-lived sandbox: init stays and starts commands on request (reaper.h). What ends it
+    // is the supervisor's end of the sync socket closing, not the death of whichever supervisor
+    // thread happened to clone it.
+    ::prctl(PR_SET_PDEATHSIG, 0);
+    // One filter for init and, inherited, for every command: installed once, not per command.
+    int listener = InstallSeccompProgram(p.seccomp, p.seccomp_listener);
+    if (listener < 0) {
+      ReportChildFailure(err, "seccomp: install the filter", nullptr, -listener);
+      ::_exit(125);
+    }
+    if (p.seccomp_listener) {
+      if (!SendFd(p.sync_fd, listener, kListenerTag)) {
+        ReportChildFailure(err, "seccomp: hand the listener to the supervisor", nullptr, errno);
+        ::_exit(125);
+      }
+      ::close(listener);
+    }
+    ::close(err);  // EOF: the sandbox is ready
+    RunReaper(p);
+  }
 
   // 7. the command, as pid 2. A raw clone: glibc's fork() would run atfork handlers and take
   // locks that another thread of the supervisor may have held when we were cloned.

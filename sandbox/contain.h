@@ -49,10 +49,12 @@ struct ContainPlan {
   // The command. `argv`/`envp` point into the storage vectors and end with nullptr.
   std::vector<std::string> argv_storage;
   std::vector<std::string> env_storage;
-  std::vector<std::string> path_dirs;  // searched when argv[0] has no '/'
+  std::string search_path;  // PATH value, searched when argv[0] has no '/'
   std::vector<char*> argv;
   std::vector<char*> envp;
-  std::vector<const char*> path_dirs_c;
+
+  // No command: init installs the filter itself and then serves Exec requests (reaper.h).
+  bool reaper = false;
 
   const struct sock_fprog* seccomp = nullptr;  // required
   bool seccomp_listener = false;
@@ -64,7 +66,7 @@ struct ContainPlan {
   int sync_fd = -1;   // SOCK_SEQPACKET to the supervisor
   int error_fd = -1;  // CLOEXEC pipe; a ChildFailure record on error
 
-  // Fills argv/envp/path_dirs_c from the storage vectors. Call after changing them.
+  // Fills argv/envp from the storage vectors. Call after changing them.
   void Finalize();
 };
 

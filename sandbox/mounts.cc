@@ -61,9 +61,11 @@ bool IsOwnTopLevel(const std::string& name) {
 // The host's top-level entries the sandbox shows: directories and files (bound), symlinks
 // (recreated); sorted by name. Other kinds (sockets, devices) and the names the sandbox gets
 // fresh are left out.
-absl::StatusOr<std::vector<HostEntry>> HostTopLevel() {
-  DIR* dir = ::opendir("/");
-  if (dir == nullptr) return ErrnoStatus("read the host root directory \"/\"");
+absl::StatusOr<std::vector<HostEntry>> HostTopLevel(const std::string& root_dir) {
+  DIR* dir = ::opendir(root_dir.c_str());
+  if (dir == nullptr) {
+    return ErrnoStatus(absl::StrCat("read the sandbox's root directory \"", root_dir, "\""));
+  }
   std::vector<std::string> names;
   while (struct dirent* e = ::readdir(dir)) {
     std::string name = e->d_name;
@@ -73,7 +75,7 @@ absl::StatusOr<std::vector<HostEntry>> HostTopLevel() {
   std::sort(names.begin(), names.end());
   std::vector<HostEntry> entries;
   for (std::string& name : names) {
-    const std::string host = absl::StrCat("/", name);
+    const std::string host = JoinUnderRoot(root_dir, name);
     struct stat st;
     if (::lstat(host.c_str(), &st) != 0) continue;  // vanished meanwhile
     if (S_ISLNK(st.st_mode)) {
@@ -357,7 +359,15 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
     return plan.Keep(absl::StrCat(kNewRoot, path));
   };
   using K = MountStep::Kind;
-  ASSIGN_OR_RETURN(std::vector<HostEntry> host_entries, HostTopLevel());
+  if (options.root_dir.empty() || options.root_dir[0] != '/' ||
+      absl::StrContains(absl::StrCat(options.root_dir, "/"), "/../") ||
+      absl::StartsWith(options.root_dir, "/tmp/") || options.root_dir == "/tmp") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "root directory \"", options.root_dir,
+        "\" must be an absolute path without \"..\" and not under /tmp (where the sandbox's "
+        "mounts are staged)"));
+  }
+  ASSIGN_OR_RETURN(std::vector<HostEntry> host_entries, HostTopLevel(options.root_dir));
 
   // Writable host trees first: a bad path fails before any mount work, and their number decides
   // whether the child can inherit one more descriptor, the root tree's.
@@ -385,6 +395,7 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
   if (options.prebuild_root && options.sandbox_ids && plan.inherited_fds_.size() + 2 <= kMaxTrees) {
     RootTreeSpec spec;
     spec.host_entries = host_entries;
+    spec.source_root = options.root_dir;
     for (const char* name : kOwnTopLevel) spec.own_dirs.emplace_back(name);
     spec.tmpfs_bytes = options.tmpfs_bytes;
     spec.workspace_tmpfs = !options.workspace_dir;
@@ -401,7 +412,7 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
   if (plan.root_prebuilt_) {
     plan.Add({.kind = K::kAttachRoot, .target = kNewRoot, .fd = plan.trees_.back().get()});
   } else {
-    plan.AddRootSteps(host_entries);
+    plan.AddRootSteps(host_entries, options.root_dir);
   }
 
   // /proc: a fresh instance for the sandbox's pid namespace.
@@ -472,7 +483,8 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
   return plan;
 }
 
-void MountPlan::AddRootSteps(const std::vector<HostEntry>& host_entries) {
+void MountPlan::AddRootSteps(const std::vector<HostEntry>& host_entries,
+                             const std::string& root_dir) {
   using K = MountStep::Kind;
   auto in_new_root = [&](absl::string_view path) { return Keep(absl::StrCat(kNewRoot, path)); };
   Add({.kind = K::kTmpfs,
@@ -481,8 +493,8 @@ void MountPlan::AddRootSteps(const std::vector<HostEntry>& host_entries) {
        .flags = MS_NOSUID | MS_NODEV});
   // Top level: the host's directories (and files) as recursive binds, its symlinks recreated.
   for (const HostEntry& entry : host_entries) {
-    const std::string host = absl::StrCat("/", entry.name);
-    const char* target = in_new_root(host);
+    const std::string host = JoinUnderRoot(root_dir, entry.name);
+    const char* target = in_new_root(absl::StrCat("/", entry.name));
     switch (entry.kind) {
       case HostEntry::Kind::kSymlink:
         Add({.kind = K::kSymlink, .source = Keep(entry.link), .target = target});

@@ -31,6 +31,10 @@
 namespace moat::sandbox {
 
 struct MountOptions {
+  // The host directory whose top-level entries become the sandbox's read-only "/" (a rootfs
+  // profile's tree, docs/rootfs.md); "/" shows the host's own. Absolute, not under /tmp (the
+  // staging area of the child's mounts).
+  std::string root_dir = "/";
   uint64_t tmpfs_bytes = 64ull << 20;        // size of /tmp and /workspace, each
   std::optional<std::string> workspace_dir;  // host dir bound at /workspace, else a tmpfs
   // The sandbox root's ids on the host. A writable host path (workspace or allowWrite) owned by
@@ -117,7 +121,7 @@ class MountPlan {
                                const MountOptions& options);
   void Add(MountStep step) { steps_.push_back(step); }
   // The child-built root: tmpfs, host entries, own mount points, /run, read-only.
-  void AddRootSteps(const std::vector<HostEntry>& host_entries);
+  void AddRootSteps(const std::vector<HostEntry>& host_entries, const std::string& root_dir);
   // The child-built /dev (devpts included), /tmp and, without --workspace, /workspace.
   void AddDevAndTmpfsSteps(const MountOptions& options);
 

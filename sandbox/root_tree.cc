@@ -129,7 +129,7 @@ class Builder {
 
   absl::Status AddHostEntry(const UniqueFd& root, const HostEntry& entry) {
     const char* name = entry.name.c_str();
-    const std::string host = absl::StrCat("/", entry.name);
+    const std::string host = JoinUnderRoot(spec_.source_root, entry.name);
     switch (entry.kind) {
       case HostEntry::Kind::kSymlink:
         return Symlink(root, entry.link, name);

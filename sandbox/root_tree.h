@@ -51,12 +51,18 @@ struct HostEntry {
 
 struct RootTreeSpec {
   std::vector<HostEntry> host_entries;  // bound (recursively) or recreated
+  std::string source_root = "/";        // the host directory they are in
   std::vector<std::string> own_dirs;    // empty directories: mount points of the sandbox's own
   uint64_t tmpfs_bytes = 64ull << 20;   // /tmp, /workspace and /dev/shm, each
   bool workspace_tmpfs = true;          // false: /workspace stays a mount point (--workspace)
   uid_t uid = 0;                        // the sandbox's root on the host
   gid_t gid = 0;
 };
+
+// "<root>/<name>" for a top-level entry of the host directory `root` ("/" gives "/<name>").
+inline std::string JoinUnderRoot(const std::string& root, const std::string& name) {
+  return root.empty() || root.back() == '/' ? root + name : root + "/" + name;
+}
 
 // Builds the tree. Unimplemented when the kernel cannot mount onto a detached tree (remembered:
 // later calls return it at once); other errors name the step.

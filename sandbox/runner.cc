@@ -217,9 +217,7 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
     plan.env_storage.push_back(absl::StrCat(name, "=", value));
     if (name == "PATH") path_value = value;
   }
-  for (absl::string_view dir : absl::StrSplit(path_value, ':', absl::SkipEmpty())) {
-    plan.path_dirs.emplace_back(dir);
-  }
+  plan.search_path = path_value;
   plan.seccomp = seccomp->fprog();
   plan.seccomp_listener = seccomp->notifies();
   plan.Finalize();

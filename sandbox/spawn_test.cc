@@ -67,7 +67,7 @@ class SpawnV2Test : public ::testing::Test {
     plan.last_cap = LastCapability();
     plan.argv_storage = std::move(argv);
     plan.env_storage = {"PATH=/usr/bin:/bin"};
-    plan.path_dirs = {"/usr/bin", "/bin"};
+    plan.search_path = "/usr/bin:/bin";
     plan.seccomp = seccomp->fprog();
     plan.seccomp_listener = seccomp->notifies();
     plan.Finalize();

@@ -1,0 +1,249 @@
+#include "sandbox/live_sandbox.h"
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "sandbox/caps.h"
+#include "sandbox/contain.h"
+#include "sandbox/rlimits.h"
+#include "sandbox/runner.h"
+#include "sandbox/spawn.h"
+#include "sandbox/util/errno_status.h"
+#include "sandbox/util/status_macros.h"
+
+namespace moat::sandbox {
+namespace {
+
+// Processes in the cgroup now (every hierarchy holds the same ones; the first is enough).
+int CountProcesses(const Cgroup& cgroup) {
+  std::vector<std::string> paths = cgroup.paths();
+  if (paths.empty()) return 0;
+  std::ifstream procs(paths.front() + "/cgroup.procs");
+  int n = 0;
+  std::string line;
+  while (std::getline(procs, line)) n += !line.empty();
+  return n;
+}
+
+void SetEnv(std::vector<std::pair<std::string, std::string>>& env, const std::string& name,
+            const std::string& value) {
+  for (auto& [n, v] : env) {
+    if (n == name) {
+      v = value;
+      return;
+    }
+  }
+  env.emplace_back(name, value);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SandboxFactory>> SandboxFactory::Create() {
+  ASSIGN_OR_RETURN(CgroupLayout layout, DetectCgroupLayout());
+  // As in Runner::Create: every process dies with init (pid namespace), no freezer needed.
+  layout.v1_mounts.erase("freezer");
+  RETURN_IF_ERROR(PlanCgroup(layout).status());
+  ASSIGN_OR_RETURN(IdMapping ids, DefaultIdMapping());
+  SeccompOptions options;
+  options.notify_violations = true;
+  absl::StatusOr<SeccompProgram> program = SeccompProgram::Precompiled(options);
+  if (!program.ok()) program = SeccompProgram::Build(options);
+  if (!program.ok()) return program.status();
+  return std::unique_ptr<SandboxFactory>(
+      new SandboxFactory(std::move(layout), ids, LastCapability(), *std::move(program)));
+}
+
+absl::StatusOr<std::unique_ptr<LiveSandbox>> SandboxFactory::Start(
+    const LiveSandboxOptions& options) {
+  auto box = std::unique_ptr<LiveSandbox>(new LiveSandbox());
+  box->arch_ = seccomp_.arch();
+  const CgroupLimits limits{options.limits.memory_bytes, options.limits.pids, options.limits.cpus};
+  RETURN_IF_ERROR(ValidateCgroupRequest(options.name, limits));
+  ASSIGN_OR_RETURN(box->cgroup_, Cgroup::Create(layout_, options.name, limits));
+
+  MountOptions mount_options = options.mounts;
+  mount_options.sandbox_ids = std::make_pair(ids_.host_uid, ids_.host_gid);
+  box->base_env_ = DefaultSandboxEnv();
+  if (options.egress) {
+    ASSIGN_OR_RETURN(box->egress_, egress::EgressSession::Create(*options.egress));
+    ASSIGN_OR_RETURN(std::string resolv_conf, egress::EgressSession::ResolvConf());
+    mount_options.file_overlays.emplace_back(resolv_conf, "/etc/resolv.conf");
+    for (const auto& [name, value] : box->egress_->Env()) SetEnv(box->base_env_, name, value);
+  }
+  ASSIGN_OR_RETURN(MountPlan mounts, MountPlan::Build(mount_options));
+
+  ContainPlan plan;
+  plan.ids = ids_;
+  plan.mounts = &mounts;
+  plan.rlimits = PlanRlimits(options.limits.cpu_timeout);
+  plan.last_cap = last_cap_;
+  plan.reaper = true;
+  plan.seccomp = seccomp_.fprog();
+  plan.seccomp_listener = seccomp_.notifies();
+  plan.Finalize();
+
+  SpawnOptions spawn;
+  spawn.cgroup = box->cgroup_.get();
+  if (box->egress_) {
+    spawn.before_start = [&](int pidfd) { return box->egress_->Attach(pidfd); };
+  }
+  ASSIGN_OR_RETURN(SandboxProcess proc, SpawnSandbox(plan, spawn));
+  box->pid_ = proc.pid;
+  box->pidfd_ = std::move(proc.pidfd);
+  box->sync_ = std::move(proc.sync);
+  box->seccomp_listener_ = std::move(proc.seccomp_listener);
+  // proc's stdio pipes were init's, which closed them: nothing flows there.
+  return box;
+}
+
+LiveSandbox::~LiveSandbox() { Destroy(); }
+
+absl::Status LiveSandbox::SendExec(uint32_t seq, const std::string& cwd,
+                                   const std::vector<std::string>& argv,
+                                   const std::vector<std::string>& env, int stdin_fd, int stdout_fd,
+                                   int stderr_fd) {
+  if (argv.empty() || argv[0].empty()) return absl::InvalidArgumentError("no command given");
+  if (cwd.empty() || cwd[0] != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("working directory \"", cwd, "\" is not an absolute path"));
+  }
+  if (argv.size() + env.size() > kReaperMaxArgs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("too many arguments and variables (at most ", kReaperMaxArgs, ")"));
+  }
+  std::string strings;
+  auto add = [&](const std::string& s) -> absl::Status {
+    if (s.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError("a command, argument or variable contains a NUL byte");
+    }
+    strings.append(s).push_back('\0');
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(add(cwd));
+  for (const std::string& a : argv) RETURN_IF_ERROR(add(a));
+  for (const std::string& e : env) RETURN_IF_ERROR(add(e));
+  if (strings.size() > kReaperMaxStrings) {
+    return absl::InvalidArgumentError(absl::StrCat("command, arguments and environment are ",
+                                                   strings.size(), " bytes; at most ",
+                                                   kReaperMaxStrings, " are accepted"));
+  }
+  ReaperRequest req = {};
+  req.op = ReaperOp::kExec;
+  req.seq = seq;
+  req.argc = static_cast<uint32_t>(argv.size());
+  req.envc = static_cast<uint32_t>(env.size());
+  req.strings_len = static_cast<uint32_t>(strings.size());
+  struct iovec iov[2] = {{&req, sizeof(req)}, {strings.data(), strings.size()}};
+  const int fds[3] = {stdin_fd, stdout_fd, stderr_fd};
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(fds))] = {};
+  struct msghdr msg = {};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = 2;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(fds));
+  std::memcpy(CMSG_DATA(cmsg), fds, sizeof(fds));
+  ssize_t n;
+  do {
+    n = ::sendmsg(sync_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    if (errno == EAGAIN) {
+      return absl::ResourceExhaustedError(
+          "the sandbox's init has too many requests waiting; retry shortly");
+    }
+    if (errno == EPIPE || errno == ECONNRESET) {
+      return absl::FailedPreconditionError("the sandbox's init has exited");
+    }
+    return ErrnoStatus("send the command to the sandbox's init");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LiveSandbox::SendSignal(uint32_t seq, int signo) {
+  ReaperRequest req = {};
+  req.op = ReaperOp::kSignal;
+  req.seq = seq;
+  req.signal = signo;
+  if (::send(sync_.get(), &req, sizeof(req), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+    if (errno == EPIPE || errno == ECONNRESET) {
+      return absl::FailedPreconditionError("the sandbox's init has exited");
+    }
+    return ErrnoStatus("send a signal request to the sandbox's init");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<ReaperEvent>> LiveSandbox::ReadEvent() {
+  ReaperEvent event;
+  ssize_t n;
+  do {
+    n = ::recv(sync_.get(), &event, sizeof(event), MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0 && errno == EAGAIN) return std::optional<ReaperEvent>();
+  if (n == 0 || (n < 0 && errno == ECONNRESET)) {
+    return absl::FailedPreconditionError("the sandbox's init has exited");
+  }
+  if (n < 0) return ErrnoStatus("read an event from the sandbox's init");
+  if (n != static_cast<ssize_t>(sizeof(event))) {
+    return absl::InternalError("the sandbox's init sent a malformed event");
+  }
+  event.step[sizeof(event.step) - 1] = '\0';
+  return std::optional<ReaperEvent>(event);
+}
+
+bool LiveSandbox::Alive() const {
+  if (!pidfd_) return false;
+  siginfo_t info = {};
+  // WNOWAIT: look without reaping; Destroy reaps.
+  if (::waitid(static_cast<idtype_t>(P_PIDFD), pidfd_.get(), &info, WEXITED | WNOHANG | WNOWAIT) !=
+      0) {
+    return false;
+  }
+  return info.si_pid == 0;
+}
+
+LiveSandboxTeardown LiveSandbox::Destroy() {
+  absl::MutexLock lock(&destroy_mu_);
+  LiveSandboxTeardown teardown;
+  if (destroyed_) return teardown;
+  destroyed_ = true;
+  if (cgroup_) teardown.processes_killed = CountProcesses(*cgroup_);
+  if (pidfd_) {
+    // Init's death ends the pid namespace: the kernel kills every process in it.
+    ::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0);
+    siginfo_t info;
+    while (::waitid(static_cast<idtype_t>(P_PIDFD), pidfd_.get(), &info, WEXITED) != 0 &&
+           errno == EINTR) {
+    }
+  }
+  sync_.reset();
+  seccomp_listener_.reset();
+  if (egress_) teardown.egress_denials = egress_->Finish();
+  if (cgroup_) {
+    std::vector<std::string> paths = cgroup_->paths();
+    absl::Status removed = cgroup_->Destroy();
+    teardown.cgroup_removed = removed.ok();
+    if (!removed.ok()) {
+      for (const std::string& path : paths) {
+        if (::access(path.c_str(), F_OK) == 0) {
+          teardown.residue.push_back(absl::StrCat("cgroup \"", path, "\": ", removed.message()));
+        }
+      }
+    }
+  }
+  return teardown;
+}
+
+}  // namespace moat::sandbox

@@ -1,0 +1,129 @@
+// A long-lived sandbox: made once, then used for many commands until it is destroyed.
+//
+// The same kernel setup as `moat run` (contain.h: user, pid, mount, net, uts, ipc and cgroup
+// namespaces, the read-only root, /proc, /dev, /tmp, /workspace, no capabilities, the seccomp
+// filter, cgroup limits, egress), but init does not run one command and exit: it waits as a tiny
+// reaper (reaper.h) and starts each command the supervisor sends. Commands see the same /tmp and
+// /workspace, so files stay between commands until the sandbox is destroyed.
+//
+// This is the runtime half of moat-agent's kernel backend (node-agent/kernel_backend.h): it
+// knows nothing of HTTP, ids or pools. Output, timeouts and bookkeeping of commands are the
+// caller's: it passes each command's stdio descriptors and reads Started/Exited events.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "sandbox/cgroup.h"
+#include "sandbox/egress/sandbox_egress.h"
+#include "sandbox/mounts.h"
+#include "sandbox/policy.h"
+#include "sandbox/reaper.h"
+#include "sandbox/result.h"
+#include "sandbox/seccomp_filter.h"
+#include "sandbox/userns.h"
+#include "sandbox/util/unique_fd.h"
+
+namespace moat::sandbox {
+
+struct LiveSandboxOptions {
+  // The cgroup's name: letters, digits, '.', '_', '-'. Start it with this process's pid
+  // ("<pid>-...") so that CleanupStaleCgroups removes it if the process dies without cleaning.
+  std::string name;
+  Limits limits;  // cpu_timeout is a per-process RLIMIT_CPU backstop; wall_timeout is unused
+  MountOptions mounts;
+  std::optional<egress::EgressOptions> egress;
+};
+
+// What Destroy found and removed.
+struct LiveSandboxTeardown {
+  int processes_killed = 0;  // processes still alive in the sandbox when it was destroyed
+  bool cgroup_removed = false;
+  std::vector<Violation> egress_denials;
+  std::vector<std::string> residue;  // what could not be removed, e.g. a cgroup directory
+};
+
+class LiveSandbox {
+ public:
+  ~LiveSandbox();  // Destroy(), if not done
+
+  // Asks init to start a command. Returns at once; the result comes as a kStarted event (then a
+  // kExited one) with this `seq`. `env` is the whole environment (NAME=VALUE); `cwd` is absolute
+  // inside the sandbox. The descriptors are duplicated into init; the caller keeps (and closes)
+  // its own. Errors: InvalidArgument (too big, empty argv), ResourceExhausted (init's queue is
+  // full), FailedPrecondition (init is gone). Thread-safe.
+  absl::Status SendExec(uint32_t seq, const std::string& cwd, const std::vector<std::string>& argv,
+                        const std::vector<std::string>& env, int stdin_fd, int stdout_fd,
+                        int stderr_fd);
+  // Sends `signo` to the process group of command `seq` (if it still runs). Thread-safe.
+  absl::Status SendSignal(uint32_t seq, int signo);
+
+  // Readable when init has sent an event, or has exited (then ReadEvent fails).
+  int event_fd() const { return sync_.get(); }
+  // The next event, without blocking; nullopt if none is waiting. FailedPrecondition once init
+  // has exited (the sandbox is dead). Call from one thread at a time.
+  absl::StatusOr<std::optional<ReaperEvent>> ReadEvent();
+
+  pid_t pid() const { return pid_; }  // init, in this process's pid namespace
+  int pidfd() const { return pidfd_.get(); }
+  bool Alive() const;  // init has not exited
+  // The seccomp listener, for whoever answers the filter's notifications (a probe); once.
+  UniqueFd TakeSeccompListener() { return std::move(seccomp_listener_); }
+  Arch seccomp_arch() const { return arch_; }
+  Cgroup& cgroup() { return *cgroup_; }
+  // DefaultSandboxEnv() with the egress proxy's variables: what a command's env starts from.
+  const std::vector<std::pair<std::string, std::string>>& base_env() const { return base_env_; }
+
+  // Kills every process (init first: the pid namespace dies with it), reaps init, stops the
+  // egress proxy and removes the cgroup. Idempotent; a second call returns an empty teardown.
+  LiveSandboxTeardown Destroy();
+
+ private:
+  friend class SandboxFactory;
+  LiveSandbox() = default;
+
+  pid_t pid_ = -1;
+  UniqueFd pidfd_;
+  UniqueFd sync_;
+  UniqueFd seccomp_listener_;
+  Arch arch_ = NativeArch();
+  std::unique_ptr<Cgroup> cgroup_;
+  std::unique_ptr<egress::EgressSession> egress_;
+  std::vector<std::pair<std::string, std::string>> base_env_;
+  absl::Mutex destroy_mu_;
+  bool destroyed_ ABSL_GUARDED_BY(destroy_mu_) = false;
+};
+
+// What is computed once per process for every sandbox: the cgroup layout, the id mapping and the
+// seccomp program. Thread-safe: Start may run on many threads at once.
+class SandboxFactory {
+ public:
+  static absl::StatusOr<std::unique_ptr<SandboxFactory>> Create();
+
+  // Makes a sandbox and returns once its init waits for commands. Any failing step is an error
+  // naming it, and nothing of the sandbox is left.
+  absl::StatusOr<std::unique_ptr<LiveSandbox>> Start(const LiveSandboxOptions& options);
+
+  const CgroupLayout& cgroup_layout() const { return layout_; }
+  const IdMapping& ids() const { return ids_; }
+
+ private:
+  SandboxFactory(CgroupLayout layout, IdMapping ids, int last_cap, SeccompProgram seccomp)
+      : layout_(std::move(layout)), ids_(ids), last_cap_(last_cap), seccomp_(std::move(seccomp)) {}
+
+  const CgroupLayout layout_;
+  const IdMapping ids_;
+  const int last_cap_;
+  const SeccompProgram seccomp_;
+};
+
+}  // namespace moat::sandbox

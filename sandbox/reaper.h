@@ -1,0 +1,62 @@
+// A long-lived sandbox's init: a tiny pid-1 reaper that starts commands on request.
+//
+// `moat run` sandboxes run one command and end with it. A long-lived sandbox (live_sandbox.h)
+// keeps its namespaces, mounts, cgroup and /workspace for many commands: its init, after the same
+// setup steps (contain.h), installs the seccomp filter once for itself and every later process,
+// then loops here. It is a raw clone of the supervisor, so it only makes system calls on fixed
+// buffers: no allocation, no locks.
+//
+//   supervisor                                init (pid 1)                  command
+//   ----------                                ------------                  -------
+//   Exec{seq, cwd, argv, env} + 3 fds ──────▶ clone ─────────────────────▶ setsid, stdio, chdir,
+//                                             wait for execve (CLOEXEC       rlimits, execve
+//   Started{seq, pid | errno, step} ◀──────── error pipe: EOF = started)
+//   Signal{seq, signo} ─────────────────────▶ kill(-pgid, signo)
+//   Exited{seq, wait status} ◀─────────────── SIGCHLD (signalfd), waitpid
+//   close the socket ───────────────────────▶ EOF: exit; the kernel kills every process left
+//
+// Orphans (background children of finished commands) are reaped silently. A command's process
+// group is its pid (setsid), which is what Signal addresses; a process that leaves it with its
+// own setsid is only reached by the sandbox-wide kill (init's death).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+
+#include "sandbox/contain.h"
+
+namespace moat::sandbox {
+
+// Requests to init, one SOCK_SEQPACKET message each. Exec carries its strings after the header
+// and stdin, stdout, stderr as SCM_RIGHTS.
+enum class ReaperOp : uint32_t { kExec = 1, kSignal = 2, kStarted = 3, kExited = 4 };
+
+struct ReaperRequest {
+  ReaperOp op;
+  uint32_t seq;    // the supervisor's id of the command
+  int32_t signal;  // kSignal
+  uint32_t argc;   // kExec: then `cwd\0 argv[0]\0 ... env[0]\0 ...` (NAME=VALUE)
+  uint32_t envc;
+  uint32_t strings_len;  // bytes of strings after the header
+};
+
+struct ReaperEvent {
+  ReaperOp op;  // kStarted or kExited
+  uint32_t seq;
+  int32_t pid;     // kStarted: the command's pid inside the sandbox (0 if it failed)
+  int32_t status;  // kStarted: errno of the failed step (0: execve done); kExited: wait status
+  char step[48];   // kStarted with an error: the step that failed, NUL-terminated
+};
+
+// Bounds of one Exec: the message must fit the socket's send buffer (~208 KiB by default), and
+// init keeps its arrays fixed.
+inline constexpr size_t kReaperMaxStrings = 128 * 1024;
+inline constexpr size_t kReaperMaxArgs = 4096;      // argc + envc
+inline constexpr size_t kReaperMaxCommands = 1024;  // running at once
+
+// Runs in init once its setup is done (privileges dropped, seccomp installed). Never returns:
+// exits when the supervisor closes its end of `plan.sync_fd`.
+[[noreturn]] void RunReaper(const ContainPlan& plan);
+
+}  // namespace moat::sandbox
