@@ -1,6 +1,5 @@
 #include "sandbox/runner.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
@@ -23,34 +22,11 @@
 #include "sandbox/spawn.h"
 #include "sandbox/supervisor.h"
 #include "sandbox/util/errno_status.h"
+#include "sandbox/util/remove_tree.h"
 #include "sandbox/util/status_macros.h"
 
 namespace moat::sandbox {
 namespace {
-
-// Removes `name` in `dirfd` and everything under it, never following a symlink.
-void RemoveTreeAt(int dirfd, const char* name) {
-  struct stat st;
-  if (::fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return;
-  if (S_ISDIR(st.st_mode)) {
-    int fd = ::openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd >= 0) {
-      if (DIR* dir = ::fdopendir(fd)) {  // takes ownership of fd
-        while (struct dirent* e = ::readdir(dir)) {
-          if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
-            RemoveTreeAt(::dirfd(dir), e->d_name);
-          }
-        }
-        ::closedir(dir);
-      } else {
-        ::close(fd);
-      }
-    }
-    ::unlinkat(dirfd, name, AT_REMOVEDIR);
-  } else {
-    ::unlinkat(dirfd, name, 0);
-  }
-}
 
 // After a run: if something now exists at the protected `path`, remove it and say what happened.
 // The path is resolved without following symlinks: the sandbox could have replaced a parent
@@ -76,7 +52,7 @@ std::optional<Violation> RemoveCreatedProtectedPath(const std::string& path) {
     // O_PATH descriptors cannot be used for unlinkat; reopen the directory for real.
     int real = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (real >= 0) {
-      RemoveTreeAt(real, name.c_str());
+      RemoveTreeAt(real, name.c_str()).IgnoreError();  // the violation is reported either way
       ::close(real);
     }
     found =
