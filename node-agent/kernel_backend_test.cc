@@ -1,0 +1,398 @@
+#include "node-agent/kernel_backend.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moat::agent {
+namespace {
+
+using ::testing::HasSubstr;
+
+// What one command's callbacks saw.
+struct Seen {
+  absl::Mutex mu;
+  std::string out, err;
+  absl::Time first_output = absl::InfiniteFuture();
+  ExecExit exit;
+  absl::Time exited_at;
+  int exits = 0;
+  absl::Notification done;
+
+  ExecCallbacks Callbacks() {
+    return {.on_stdout =
+                [this](absl::string_view s) {
+                  absl::MutexLock l(&mu);
+                  if (first_output == absl::InfiniteFuture()) first_output = absl::Now();
+                  out.append(s.data(), s.size());
+                },
+            .on_stderr =
+                [this](absl::string_view s) {
+                  absl::MutexLock l(&mu);
+                  err.append(s.data(), s.size());
+                },
+            .on_exit =
+                [this](const ExecExit& e) {
+                  {
+                    absl::MutexLock l(&mu);
+                    exit = e;
+                    exited_at = absl::Now();
+                    ++exits;
+                  }
+                  if (!done.HasBeenNotified()) done.Notify();
+                }};
+  }
+  bool Wait() { return done.WaitForNotificationWithTimeout(absl::Seconds(20)); }
+};
+
+class KernelBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "real sandboxes need root";
+    char dir[] = "/var/tmp/moat-agent-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(dir), nullptr);
+    state_dir_ = dir;
+    backend_ = MakeBackend();
+    ASSERT_NE(backend_, nullptr);
+  }
+  void TearDown() override {
+    backend_.reset();
+    if (!state_dir_.empty()) std::filesystem::remove_all(state_dir_);
+  }
+
+  std::unique_ptr<KernelBackend> MakeBackend() {
+    KernelBackendOptions options;
+    options.state_dir = state_dir_;
+    options.audit_log = state_dir_ + "/audit.jsonl";
+    absl::StatusOr<std::unique_ptr<KernelBackend>> backend = KernelBackend::Create(options);
+    EXPECT_TRUE(backend.ok()) << backend.status();
+    return backend.ok() ? *std::move(backend) : nullptr;
+  }
+
+  SandboxSpec Spec(const std::string& id) {
+    SandboxSpec spec;
+    spec.id = id;
+    spec.profile = "default";
+    spec.root_dir = "/";
+    spec.limits = {.cpus = 1, .memory_bytes = 256 << 20, .pids = 64, .workspace_bytes = 16 << 20};
+    return spec;
+  }
+
+  std::string Exec(const std::string& id, const std::string& command, Seen& seen,
+                   absl::Duration timeout = absl::InfiniteDuration()) {
+    ExecRequest request;
+    request.command = command;
+    request.timeout = timeout;
+    absl::StatusOr<std::string> cid = backend_->Exec(id, request, seen.Callbacks());
+    EXPECT_TRUE(cid.ok()) << cid.status();
+    return cid.ok() ? *cid : "";
+  }
+
+  std::string state_dir_;
+  std::unique_ptr<KernelBackend> backend_;
+};
+
+TEST_F(KernelBackendTest, RunsCommandsThatShareTheWorkspace) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-share")).ok());
+  Seen first;
+  Exec("sb-share", "echo hello > notes.txt; pwd; echo warn >&2; exit 3", first);
+  ASSERT_TRUE(first.Wait());
+  EXPECT_EQ(first.out, "/workspace\n");
+  EXPECT_EQ(first.err, "warn\n");
+  EXPECT_EQ(first.exit.exit_code, 3);
+  EXPECT_EQ(first.exit.signal, 0);
+  EXPECT_EQ(first.exits, 1);
+  Seen second;
+  Exec("sb-share", "cat /workspace/notes.txt; id -u", second);
+  ASSERT_TRUE(second.Wait());
+  EXPECT_EQ(second.out, "hello\n0\n");
+  EXPECT_EQ(second.exit.exit_code, 0);
+}
+
+TEST_F(KernelBackendTest, StreamsOutputAsItComes) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-stream")).ok());
+  Seen seen;
+  Exec("sb-stream", "echo first; sleep 0.4; echo second", seen);
+  ASSERT_TRUE(seen.Wait());
+  EXPECT_EQ(seen.out, "first\nsecond\n");
+  // The first line was delivered while the command still ran.
+  EXPECT_LT(seen.first_output + absl::Milliseconds(300), seen.exited_at);
+}
+
+TEST_F(KernelBackendTest, EnvironmentAndWorkingDirectory) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-env")).ok());
+  Seen seen;
+  ExecRequest request;
+  request.command = "echo $GREETING; echo $PATH; pwd";
+  request.env = {{"GREETING", "hi there"}};
+  request.cwd = "/tmp";
+  ASSERT_TRUE(backend_->Exec("sb-env", request, seen.Callbacks()).ok());
+  ASSERT_TRUE(seen.Wait());
+  EXPECT_THAT(seen.out, ::testing::StartsWith("hi there\n/usr/local/sbin:"));
+  EXPECT_THAT(seen.out, ::testing::EndsWith("/tmp\n"));
+
+  request.cwd = "/no/such/dir";
+  Seen never;
+  absl::StatusOr<std::string> bad = backend_->Exec("sb-env", request, never.Callbacks());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  request.cwd = "relative";
+  EXPECT_EQ(backend_->Exec("sb-env", request, never.Callbacks()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  request.cwd = "";
+  request.command = "  ";
+  EXPECT_EQ(backend_->Exec("sb-env", request, never.Callbacks()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  request.command = "true";
+  EXPECT_EQ(backend_->Exec("sb-nope", request, never.Callbacks()).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(never.exits, 0);
+}
+
+TEST_F(KernelBackendTest, TimeoutKillsTheCommandTree) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-timeout")).ok());
+  Seen seen;
+  const absl::Time begin = absl::Now();
+  Exec("sb-timeout", "sleep 30 & sleep 30; echo not reached", seen, absl::Milliseconds(300));
+  ASSERT_TRUE(seen.Wait());
+  EXPECT_LT(absl::Now() - begin, absl::Seconds(5));
+  EXPECT_TRUE(seen.exit.timed_out);
+  EXPECT_EQ(seen.exit.signal, SIGKILL);
+  EXPECT_EQ(seen.out, "");
+  // Both sleeps are gone: only init is left in the sandbox.
+  absl::StatusOr<SandboxHealth> health = backend_->Probe("sb-timeout");
+  ASSERT_TRUE(health.ok());
+  for (int i = 0; i < 100 && health->processes > 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    health = backend_->Probe("sb-timeout");
+  }
+  EXPECT_EQ(health->processes, 1);
+  EXPECT_TRUE(health->alive);
+}
+
+TEST_F(KernelBackendTest, InterruptSendsSigintThenKills) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-int")).ok());
+  Seen polite;
+  std::string cid = Exec("sb-int", "sleep 30", polite);
+  ASSERT_TRUE(backend_->Interrupt("sb-int", cid, absl::Seconds(5)).ok());
+  ASSERT_TRUE(polite.Wait());
+  EXPECT_TRUE(polite.exit.interrupted);
+  EXPECT_EQ(polite.exit.signal, SIGINT);
+
+  Seen stubborn;
+  cid = Exec("sb-int", "trap '' INT; sleep 30", stubborn);
+  absl::SleepFor(absl::Milliseconds(100));  // let the shell install its trap
+  const absl::Time begin = absl::Now();
+  ASSERT_TRUE(backend_->Interrupt("sb-int", cid, absl::Milliseconds(200)).ok());
+  ASSERT_TRUE(stubborn.Wait());
+  EXPECT_EQ(stubborn.exit.signal, SIGKILL);
+  EXPECT_GE(absl::Now() - begin, absl::Milliseconds(150));
+  // An ended command: fine; an unknown one: NotFound.
+  EXPECT_TRUE(backend_->Interrupt("sb-int", cid, absl::Seconds(1)).ok());
+  EXPECT_EQ(backend_->Interrupt("sb-int", "cmd-999999", absl::Seconds(1)).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(KernelBackendTest, DestroyEndsCommandsAndLeavesNothing) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-gone")).ok());
+  const pid_t init = backend_->InitPid("sb-gone");
+  ASSERT_GT(init, 0);
+  Seen running;
+  Exec("sb-gone", "setsid sleep 60 & echo started; sleep 60", running);
+  for (int i = 0; i < 200; ++i) {
+    {
+      absl::MutexLock l(&running.mu);
+      if (!running.out.empty()) break;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  absl::StatusOr<CleanupReport> report = backend_->Destroy("sb-gone");
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->clean()) << report->ToString();
+  EXPECT_GE(report->processes_killed, 3);  // init, the shell and two sleeps
+  EXPECT_EQ(report->cgroups_removed, 1);
+  EXPECT_GT(report->mounts_unmounted, 5);
+  EXPECT_EQ(report->workspaces_removed, 1);
+  ASSERT_TRUE(running.Wait());
+  EXPECT_EQ(running.exit.signal, SIGKILL);
+  EXPECT_EQ(running.exits, 1);
+  EXPECT_NE(::kill(init, 0), 0);
+  EXPECT_FALSE(std::filesystem::exists(state_dir_ + "/sandboxes/sb-gone.json"));
+  // Idempotent, and the id is free again.
+  absl::StatusOr<CleanupReport> again = backend_->Destroy("sb-gone");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->processes_killed, 0);
+  EXPECT_EQ(backend_->Probe("sb-gone").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(KernelBackendTest, ManyConcurrentCommands) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-busy")).ok());
+  constexpr int kThreads = 4, kPerThread = 25;
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        Seen seen;
+        std::string cid = Exec("sb-busy", absl::StrCat("echo ", t, "-", i), seen);
+        if (!cid.empty() && seen.Wait() && seen.out == absl::StrCat(t, "-", i, "\n") &&
+            seen.exit.exit_code == 0) {
+          ++ok;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(ok.load(), kThreads * kPerThread);
+}
+
+TEST_F(KernelBackendTest, LimitsApply) {
+  SandboxSpec spec = Spec("sb-limits");
+  spec.limits.pids = 8;
+  ASSERT_TRUE(backend_->Create(spec).ok());
+  Seen bomb;
+  Exec("sb-limits", "for i in $(seq 20); do sleep 5 & done 2>&1; wait", bomb, absl::Seconds(3));
+  ASSERT_TRUE(bomb.Wait());
+  EXPECT_THAT(bomb.out + bomb.err, HasSubstr("fork"));
+  // The sandbox still works once the command is gone.
+  Seen after;
+  Exec("sb-limits", "echo fine", after);
+  ASSERT_TRUE(after.Wait());
+  EXPECT_EQ(after.out, "fine\n");
+
+  SandboxSpec bad = Spec("sb-badpolicy");
+  bad.policy = "filesystem: {allowWrite: [/etc]}";
+  EXPECT_EQ(backend_->Create(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad.policy = "limits: {memory: lots}";
+  EXPECT_EQ(backend_->Create(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->Create(Spec("sb-limits")).status().code(), absl::StatusCode::kAlreadyExists);
+  NodeUsage usage = backend_->Usage();
+  EXPECT_GE(usage.cpu_cores, 1);
+  EXPECT_GE(usage.cpu_cores_allocated, 1);
+  EXPECT_GT(usage.memory_bytes_used, 0u);
+  EXPECT_GE(usage.pids_used, 1u);
+  EXPECT_TRUE(backend_->CheckNode().ok());
+}
+
+TEST_F(KernelBackendTest, InitDeathEndsCommands) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-dies")).ok());
+  Seen running;
+  Exec("sb-dies", "sleep 60", running);
+  ASSERT_EQ(::kill(backend_->InitPid("sb-dies"), SIGKILL), 0);  // from the host, as the OOM killer
+  ASSERT_TRUE(running.Wait());
+  EXPECT_EQ(running.exit.signal, SIGKILL);
+  absl::StatusOr<SandboxHealth> health = backend_->Probe("sb-dies");
+  ASSERT_TRUE(health.ok());
+  EXPECT_FALSE(health->alive);
+  Seen refused;
+  ExecRequest request;
+  request.command = "true";
+  EXPECT_EQ(backend_->Exec("sb-dies", request, refused.Callbacks()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(backend_->Destroy("sb-dies").ok());
+}
+
+TEST_F(KernelBackendTest, FilesAreSharedWithCommandsAndStayInside) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-files")).ok());
+  absl::Status wrote =
+      backend_->WriteFile("sb-files", "/workspace/in/data.txt", "from the api", 0644);
+  ASSERT_TRUE(wrote.ok()) << wrote;
+  Seen seen;
+  Exec("sb-files",
+       "cat in/data.txt; stat -c '%u %a' in/data.txt; echo made > out.txt; "
+       "ln -s /etc/passwd leak; ln -s ../../../../etc leakdir",
+       seen);
+  ASSERT_TRUE(seen.Wait());
+  // The sandbox sees the file as its own (root inside, mapped to its host id outside).
+  EXPECT_EQ(seen.out, "from the api0 644\n");
+  absl::StatusOr<std::string> out = backend_->ReadFile("sb-files", "out.txt", 0, 100);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "made\n");
+  // Links made inside resolve inside: never to the host's /etc/passwd.
+  absl::StatusOr<std::string> leak = backend_->ReadFile("sb-files", "leak", 0, 1 << 20);
+  EXPECT_FALSE(leak.ok() && leak->find("root:x:0:0") != std::string::npos);
+  absl::StatusOr<std::string> leakdir =
+      backend_->ReadFile("sb-files", "leakdir/passwd", 0, 1 << 20);
+  EXPECT_FALSE(leakdir.ok() && leakdir->find("root:x:0:0") != std::string::npos);
+  EXPECT_EQ(backend_->ReadFile("sb-files", "../etc/passwd", 0, 10).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<std::vector<FileInfo>> list = backend_->List("sb-files", "/workspace");
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->size(), 4u);
+  ASSERT_TRUE(backend_->Move("sb-files", "out.txt", "in/moved.txt").ok());
+  ASSERT_TRUE(backend_->Remove("sb-files", "in").ok());
+  Seen after;
+  Exec("sb-files", "ls", after);
+  ASSERT_TRUE(after.Wait());
+  EXPECT_EQ(after.out, "leak\nleakdir\n");
+  // The workspace quota (16 MiB here) holds for uploads too.
+  EXPECT_EQ(backend_->WriteFile("sb-files", "big", std::string(20 << 20, 'x'), 0644).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(backend_->Stat("sb-nope", "x").status().code(), absl::StatusCode::kNotFound);
+}
+
+// A crashed agent: a child process makes sandboxes, starts commands, and is killed with -9.
+// The next agent must find nothing running, and clean the cgroups and records.
+TEST_F(KernelBackendTest, CleanLeftoversAfterAKilledAgent) {
+  backend_.reset();  // no threads in this process while forking
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(ready[0]);
+    std::unique_ptr<KernelBackend> doomed = MakeBackend();
+    if (doomed == nullptr) ::_exit(1);
+    for (const char* id : {"sb-crash-a", "sb-crash-b"}) {
+      if (!doomed->Create(Spec(id)).ok()) ::_exit(2);
+      ExecRequest request;
+      request.command = "sleep 60 & sleep 60";
+      if (!doomed->Exec(id, request, {}).ok()) ::_exit(3);
+    }
+    ssize_t unused = ::write(ready[1], "r", 1);
+    (void)unused;
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1) << "the doomed agent did not start its sandboxes";
+  ::close(ready[0]);
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  int status;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+
+  backend_ = MakeBackend();
+  ASSERT_NE(backend_, nullptr);
+  absl::StatusOr<CleanupReport> report = backend_->CleanLeftovers();
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->clean()) << report->ToString();
+  EXPECT_EQ(report->workspaces_removed, 2) << report->ToString();  // the two records
+  EXPECT_GE(report->cgroups_removed, 2) << report->ToString();
+  EXPECT_TRUE(std::filesystem::is_empty(state_dir_ + "/sandboxes"));
+  // No process of theirs is left: nothing on the host runs in a "<child>-sb-crash" cgroup.
+  for (const auto& [controller, mount] : backend_->cgroup_layout().v1_mounts) {
+    for (const char* id : {"sb-crash-a", "sb-crash-b"}) {
+      EXPECT_FALSE(std::filesystem::exists(absl::StrCat(mount, "/moat/", child, "-", id)));
+    }
+  }
+  if (!backend_->cgroup_layout().v2_mount.empty()) {
+    EXPECT_FALSE(std::filesystem::exists(
+        absl::StrCat(backend_->cgroup_layout().v2_mount, "/moat/", child, "-sb-crash-a")));
+  }
+  absl::StatusOr<CleanupReport> second = backend_->CleanLeftovers();
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->workspaces_removed, 0);
+}
+
+}  // namespace
+}  // namespace moat::agent
