@@ -152,7 +152,10 @@ bool WarmPool::WaitIdle(absl::Duration timeout) const {
 }
 
 int WarmPool::TargetLocked(const ProfilePool& pool) const {
-  return PoolTarget(pool.rate.PeakPerMinute(), pool.refill_latency, pool.config.pool_floor,
+  absl::Duration latency = pool.refill_latency == absl::ZeroDuration()
+                               ? options_.assumed_refill_latency
+                               : pool.refill_latency;
+  return PoolTarget(pool.rate.PeakPerMinute(), latency, pool.config.pool_floor,
                     pool.config.pool_ceiling);
 }
 

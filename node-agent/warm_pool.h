@@ -6,10 +6,10 @@
 //
 // where peak_minute_rate is the busiest minute of the last hour (RequestRate, per second) and
 // refill_latency is how long the backend takes to make one (a moving average of what Create
-// reports). Worker threads (the config's pool.refill_concurrency, 1 by default) make sandboxes
-// one at a time each while a profile holds fewer than its target, and hand the surplus to
-// `recycle` when it holds more. A failed Create backs the profile off (1 s, doubling, at most a
-// minute) with a log line saying why; the other profiles go on.
+// reports; 1 s until measured). Worker threads (the config's pool.refill_concurrency, 1 by default)
+// make sandboxes one at a time each while a profile holds fewer than its target, and hand the
+// surplus to `recycle` when it holds more. A failed Create backs the profile off (1 s, doubling, at
+// most a minute) with a log line saying why; the other profiles go on.
 //
 // A sandbox leaves the pool exactly once: taken (then it belongs to the caller; the pool never
 // sees it again, so a used sandbox is never reused), trimmed or found dead (to `recycle`), or
@@ -52,6 +52,9 @@ struct WarmPoolOptions {
   int refill_concurrency = 1;  // Worker threads; each makes one sandbox at a time.
   absl::Duration initial_backoff = absl::Seconds(1);
   absl::Duration max_backoff = absl::Minutes(1);
+  // The refill latency assumed until the profile's first Create is measured: without it a
+  // profile with a floor of 0 would never make one, so never learn its latency, never grow.
+  absl::Duration assumed_refill_latency = absl::Seconds(1);
   // Without being woken (by Take, a finished Create, Kick), workers look again this often, in
   // real time, so a target that falls as the hour slides is noticed.
   absl::Duration recheck = absl::Seconds(1);

@@ -168,6 +168,19 @@ TEST_F(WarmPoolTest, GrowsWithTheRequestRateAndShrinksWhenItFalls) {
   EXPECT_EQ(recycled().size(), 4u);
 }
 
+TEST_F(WarmPoolTest, AnEmptyFloorGrowsOnceRequestsCome) {
+  MakePool({Profile("python", 0, 3)});
+  pool_->Start();
+  ASSERT_TRUE(pool_->WaitIdle(kWait));
+  EXPECT_EQ(backend_.create_calls(), 0);
+  EXPECT_EQ(pool_->Take("python"), std::nullopt);
+  // One request a minute, at the assumed 1 s per Create: 2 x 1/60 x 1 = 0.03, so one.
+  ASSERT_TRUE(pool_->WaitIdle(kWait));
+  EXPECT_EQ(pool_->Stats("python").target, 1);
+  EXPECT_EQ(pool_->Stats("python").depth, 1);
+  EXPECT_NE(pool_->Take("python"), std::nullopt);
+}
+
 TEST_F(WarmPoolTest, BackendFailuresBackOffAndDoNotSpin) {
   backend_.FailCreates(absl::UnavailableError("cgroup controller busy"));
   WarmPoolOptions options;
