@@ -168,9 +168,9 @@ absl::StatusOr<ProfileConfig> ParseProfile(const Reader& r, const YAML::Node& no
 }
 
 absl::StatusOr<AgentConfig> ParseRoot(const Reader& r, const YAML::Node& root) {
-  RETURN_IF_ERROR(r.CheckMap(
-      root, "",
-      {"listen", "tls", "token_file", "state_dir", "heartbeat", "recycle", "api", "profiles"}));
+  RETURN_IF_ERROR(r.CheckMap(root, "",
+                             {"listen", "tls", "token_file", "state_dir", "heartbeat", "recycle",
+                              "pool", "api", "profiles"}));
   AgentConfig config;
   if (const YAML::Node listen = root["listen"]) {
     RETURN_IF_ERROR(r.CheckMap(listen, "listen", {"address", "port"}));
@@ -208,6 +208,13 @@ absl::StatusOr<AgentConfig> ParseRoot(const Reader& r, const YAML::Node& root) {
     if (recycle["per_second"]) {
       ASSIGN_OR_RETURN(config.recycle_per_second,
                        r.Number(recycle["per_second"], "recycle.per_second", 0.01, 10000));
+    }
+  }
+  if (const YAML::Node pool = root["pool"]) {
+    RETURN_IF_ERROR(r.CheckMap(pool, "pool", {"refill_concurrency"}));
+    if (pool["refill_concurrency"]) {
+      ASSIGN_OR_RETURN(config.pool_refill_concurrency,
+                       r.Int(pool["refill_concurrency"], "pool.refill_concurrency", 1, 16));
     }
   }
   if (const YAML::Node api = root["api"]) {
@@ -252,6 +259,19 @@ const ProfileConfig* AgentConfig::FindProfile(absl::string_view name) const {
     if (p.name == name) return &p;
   }
   return nullptr;
+}
+
+absl::StatusOr<std::string> ReadProfilePolicy(const ProfileConfig& profile) {
+  if (profile.policy_file.empty()) return std::string();
+  std::ifstream in(profile.policy_file);
+  if (!in) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot read profile \"", profile.name, "\"'s policy file \"",
+                     profile.policy_file, "\"; fix the agent config or the file's permissions"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {

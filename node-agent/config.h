@@ -7,6 +7,7 @@
 //   state_dir: /var/lib/moat-agent
 //   heartbeat: {interval: 5s, misses: 3}
 //   recycle: {per_second: 10}
+//   pool: {refill_concurrency: 1}         # warm sandboxes made at once, all profiles together
 //   api: {max_request_bytes: 1MiB, default_ttl: 30m, max_ttl: 24h}
 //   profiles:
 //     - name: python
@@ -51,6 +52,9 @@ struct AgentConfig {
   absl::Duration heartbeat_interval = absl::Seconds(5);
   int heartbeat_misses = 3;
   double recycle_per_second = 10;
+  // How many warm-pool sandboxes are made at the same time (docs/pool.md): 1 or 2 keep the
+  // refill from starving the sandboxes that run.
+  int pool_refill_concurrency = 1;
   uint64_t max_request_bytes = 1 << 20;
   absl::Duration default_ttl = absl::Minutes(30);
   absl::Duration max_ttl = absl::Hours(24);
@@ -62,6 +66,10 @@ struct AgentConfig {
 // `source` names the file in error messages.
 absl::StatusOr<AgentConfig> ParseConfig(absl::string_view yaml, absl::string_view source);
 absl::StatusOr<AgentConfig> LoadConfig(const std::string& path);
+
+// The profile's default policy document (the text of its policy file); empty if it has none.
+// FailedPrecondition if the file cannot be read.
+absl::StatusOr<std::string> ReadProfilePolicy(const ProfileConfig& profile);
 
 // "512MiB", "1G", "4096" -> bytes. Units: K/M/G/T (powers of 1000) and KiB/MiB/GiB/TiB.
 absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text);

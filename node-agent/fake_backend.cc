@@ -1,5 +1,6 @@
 #include "node-agent/fake_backend.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -7,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "node-agent/workspace_path.h"
 #include "sandbox/util/status_macros.h"
 
@@ -77,8 +79,16 @@ absl::StatusOr<FakeBackend::Sandbox*> FakeBackend::FindLocked(absl::string_view 
 }
 
 absl::StatusOr<CreatedSandbox> FakeBackend::Create(const SandboxSpec& spec) {
+  absl::Duration wait;
+  {
+    absl::MutexLock lock(&mu_);
+    ++create_calls_;
+    wait = create_wait_;
+  }
+  if (wait > absl::ZeroDuration()) absl::SleepFor(wait);  // Like a slow kernel, unlocked.
   absl::MutexLock lock(&mu_);
   if (!next_create_status_.ok()) return std::exchange(next_create_status_, absl::OkStatus());
+  if (!create_status_.ok()) return create_status_;
   if (!IsValidSandboxId(spec.id)) return absl::InvalidArgumentError("invalid sandbox id");
   if (sandboxes_.contains(spec.id)) {
     return absl::AlreadyExistsError(absl::StrCat("sandbox \"", spec.id, "\" exists"));
@@ -86,7 +96,8 @@ absl::StatusOr<CreatedSandbox> FakeBackend::Create(const SandboxSpec& spec) {
   Sandbox& box = sandboxes_[spec.id];
   box.spec = spec;
   box.dirs.insert("");
-  return CreatedSandbox{StartPath::kCold, absl::Milliseconds(1)};
+  max_live_ = std::max(max_live_, static_cast<int>(sandboxes_.size()));
+  return CreatedSandbox{StartPath::kCold, create_reported_};
 }
 
 absl::StatusOr<CleanupReport> FakeBackend::Destroy(absl::string_view id) {
@@ -243,8 +254,8 @@ absl::Status FakeBackend::Remove(absl::string_view id, absl::string_view path) {
 
 absl::StatusOr<SandboxHealth> FakeBackend::Probe(absl::string_view id) {
   absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(FindLocked(id).status());
-  return SandboxHealth{true, absl::UnixEpoch(), 1, 0, 0};
+  ASSIGN_OR_RETURN(Sandbox * box, FindLocked(id));
+  return SandboxHealth{box->alive, absl::UnixEpoch(), box->alive ? 1 : 0, 0, 0};
 }
 
 absl::Status FakeBackend::CheckNode() {
@@ -265,6 +276,23 @@ absl::StatusOr<CleanupReport> FakeBackend::CleanLeftovers() {
 void FakeBackend::FailNextCreate(absl::Status status) {
   absl::MutexLock lock(&mu_);
   next_create_status_ = std::move(status);
+}
+
+void FakeBackend::FailCreates(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  create_status_ = std::move(status);
+}
+
+void FakeBackend::SetCreateTiming(absl::Duration reported, absl::Duration wait) {
+  absl::MutexLock lock(&mu_);
+  create_reported_ = reported;
+  create_wait_ = wait;
+}
+
+void FakeBackend::SetAlive(absl::string_view id, bool alive) {
+  absl::MutexLock lock(&mu_);
+  auto it = sandboxes_.find(id);
+  if (it != sandboxes_.end()) it->second.alive = alive;
 }
 
 void FakeBackend::FailNextDestroy(absl::Status status) {
@@ -306,6 +334,37 @@ SandboxSpec FakeBackend::SpecOf(absl::string_view id) const {
 int FakeBackend::live_sandboxes() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(sandboxes_.size());
+}
+
+std::vector<std::string> FakeBackend::ids() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const auto& [id, box] : sandboxes_) out.push_back(id);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+int FakeBackend::max_live_sandboxes() const {
+  absl::MutexLock lock(&mu_);
+  return max_live_;
+}
+
+bool FakeBackend::WaitCreateCalls(int n, absl::Duration timeout) const {
+  struct Arg {
+    const FakeBackend* self;
+    int n;
+  } arg{this, n};
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(
+      absl::Condition(
+          +[](Arg* a) ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->self->create_calls_ >= a->n; },
+          &arg),
+      timeout);
+}
+
+int FakeBackend::create_calls() const {
+  absl::MutexLock lock(&mu_);
+  return create_calls_;
 }
 
 }  // namespace moat::agent

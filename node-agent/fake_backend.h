@@ -50,6 +50,13 @@ class FakeBackend final : public SandboxBackend {
 
   // Knobs and observations for tests.
   void FailNextCreate(absl::Status status);
+  // Every Create fails with `status` until this is called again with OkStatus().
+  void FailCreates(absl::Status status);
+  // Create waits `wait` (real time, without holding the fake's lock) and reports `reported` as
+  // its start_duration (default 1 ms, no wait).
+  void SetCreateTiming(absl::Duration reported, absl::Duration wait = absl::ZeroDuration());
+  // A dead sandbox stays (Destroy still cleans it) but Probe reports alive = false.
+  void SetAlive(absl::string_view id, bool alive);
   void FailNextDestroy(absl::Status status);
   void SetNodeStatus(absl::Status status);
   void SetUsage(const NodeUsage& usage);
@@ -58,6 +65,11 @@ class FakeBackend final : public SandboxBackend {
   bool Exists(absl::string_view id) const;
   SandboxSpec SpecOf(absl::string_view id) const;  // Empty spec if unknown.
   int live_sandboxes() const;
+  std::vector<std::string> ids() const;  // Of the live sandboxes, sorted.
+  int max_live_sandboxes() const;        // The most that ever existed at once.
+  int create_calls() const;              // Create calls, failed ones included.
+  // Until `n` Create calls have begun (a slow one may still be running); false on timeout.
+  bool WaitCreateCalls(int n, absl::Duration timeout) const;
   void WaitIdle();  // Until every queued callback has run.
 
  private:
@@ -69,6 +81,7 @@ class FakeBackend final : public SandboxBackend {
     SandboxSpec spec;
     std::map<std::string, File> files;  // Relative path under /workspace -> content.
     std::set<std::string> dirs;         // Relative paths of directories ("" is the root).
+    bool alive = true;
   };
 
   absl::StatusOr<Sandbox*> FindLocked(absl::string_view id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -77,6 +90,11 @@ class FakeBackend final : public SandboxBackend {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Sandbox> sandboxes_ ABSL_GUARDED_BY(mu_);
   absl::Status next_create_status_ ABSL_GUARDED_BY(mu_);
+  absl::Status create_status_ ABSL_GUARDED_BY(mu_);
+  absl::Duration create_reported_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(1);
+  absl::Duration create_wait_ ABSL_GUARDED_BY(mu_);
+  int create_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int max_live_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status next_destroy_status_ ABSL_GUARDED_BY(mu_);
   absl::Status node_status_ ABSL_GUARDED_BY(mu_);
   NodeUsage usage_ ABSL_GUARDED_BY(mu_);

@@ -87,6 +87,8 @@ int Run(int argc, char** argv) {
     LogError(absl::StrCat("cleaning what a previous agent left failed: ", left.status().message()));
     return 1;
   }
+  // After the leftovers are gone, so a warm sandbox is never mistaken for one of them.
+  service.StartPool();
   absl::StatusOr<std::unique_ptr<HttpApi>> api =
       HttpApi::Create(&service, HttpApiOptions{*token, config->max_request_bytes, config->tls});
   if (!api.ok()) {
@@ -111,6 +113,8 @@ int Run(int argc, char** argv) {
   }
   (*api)->Stop();  // Finishes requests in flight; sandboxes stay for the next agent to adopt
                    // or clean (restart safety), so a restart does not kill users' work.
+  // Warm sandboxes are nobody's work: destroyed now, while the backend is still here.
+  service.StopPool();
   LogInfo("stopped");
   return 0;
 }

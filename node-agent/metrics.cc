@@ -33,6 +33,11 @@ AgentMetrics::AgentMetrics(const std::vector<std::string>& profiles)
                        .Name("moat_pool_target")
                        .Help("Warm sandboxes the pool aims to keep, per profile.")
                        .Register(*registry_)),
+      pool_misses_(BuildCounter()
+                       .Name("moat_pool_misses_total")
+                       .Help("Create requests for a profile's defaults that found its warm pool "
+                             "empty and were made cold.")
+                       .Register(*registry_)),
       recycle_backlog_(BuildGauge()
                            .Name("moat_recycle_backlog")
                            .Help("Sandboxes waiting in the recycle queue.")
@@ -113,6 +118,7 @@ AgentMetrics::AgentMetrics(const std::vector<std::string>& profiles)
   for (const std::string& profile : profiles) {
     depth_by_profile_[profile] = &pool_depth_.Add({{"profile", profile}});
     target_by_profile_[profile] = &pool_target_.Add({{"profile", profile}});
+    misses_by_profile_[profile] = &pool_misses_.Add({{"profile", profile}});
   }
   for (absl::string_view kind : kViolationKinds) {
     violations_by_kind_[std::string(kind)] = &violations_.Add({{"kind", std::string(kind)}});
@@ -136,6 +142,11 @@ void AgentMetrics::SetPoolDepth(absl::string_view profile, int depth) {
 void AgentMetrics::SetPoolTarget(absl::string_view profile, int target) {
   auto it = target_by_profile_.find(profile);
   if (it != target_by_profile_.end()) it->second->Set(target);
+}
+
+void AgentMetrics::AddPoolMiss(absl::string_view profile) {
+  auto it = misses_by_profile_.find(profile);
+  if (it != misses_by_profile_.end()) it->second->Increment();
 }
 
 void AgentMetrics::SetRecycleBacklog(int backlog) { recycle_backlog_.Set(backlog); }

@@ -32,6 +32,8 @@ class AgentMetrics {
   void SetSandboxes(const std::map<SandboxState, int>& counts);
   void SetPoolDepth(absl::string_view profile, int depth);  // Unknown profiles are ignored.
   void SetPoolTarget(absl::string_view profile, int target);
+  // A create request the pool could have served (the profile's defaults) found it empty.
+  void AddPoolMiss(absl::string_view profile);
   void SetRecycleBacklog(int backlog);
   void ObserveRecycle(absl::Duration duration);
   void AddViolation(absl::string_view kind);
@@ -51,6 +53,7 @@ class AgentMetrics {
   prometheus::Family<prometheus::Gauge>& sandboxes_;
   prometheus::Family<prometheus::Gauge>& pool_depth_;
   prometheus::Family<prometheus::Gauge>& pool_target_;
+  prometheus::Family<prometheus::Counter>& pool_misses_;
   prometheus::Gauge& recycle_backlog_;
   prometheus::Histogram& recycle_duration_;
   prometheus::Family<prometheus::Counter>& violations_;
@@ -70,6 +73,7 @@ class AgentMetrics {
   std::map<SandboxState, prometheus::Gauge*> sandboxes_by_state_;
   std::map<std::string, prometheus::Gauge*, std::less<>> depth_by_profile_;
   std::map<std::string, prometheus::Gauge*, std::less<>> target_by_profile_;
+  std::map<std::string, prometheus::Counter*, std::less<>> misses_by_profile_;
   std::map<std::string, prometheus::Counter*, std::less<>> violations_by_kind_;
   prometheus::Histogram* start_warm_;
   prometheus::Histogram* start_cold_;

@@ -17,9 +17,9 @@ TEST(MetricsTest, EverySeriesExistsBeforeUse) {
   for (const char* line :
        {"moat_sandboxes{state=\"ready\"} 0", "moat_sandboxes{state=\"recycling\"} 0",
         "moat_pool_depth{profile=\"python\"} 0", "moat_pool_target{profile=\"node\"} 0",
-        "moat_recycle_backlog 0", "moat_violations_total{kind=\"syscall\"} 0",
-        "moat_compromised_sandboxes_total 0", "moat_heartbeat_misses_total 0",
-        "moat_sandbox_start_seconds_count{path=\"warm\"} 0",
+        "moat_pool_misses_total{profile=\"node\"} 0", "moat_recycle_backlog 0",
+        "moat_violations_total{kind=\"syscall\"} 0", "moat_compromised_sandboxes_total 0",
+        "moat_heartbeat_misses_total 0", "moat_sandbox_start_seconds_count{path=\"warm\"} 0",
         "moat_sandbox_start_seconds_count{path=\"cold\"} 0",
         "moat_command_duration_seconds_count 0", "moat_recycle_duration_seconds_count 0",
         "moat_egress_requests_total 0", "moat_egress_denials_total 0",
@@ -35,6 +35,8 @@ TEST(MetricsTest, UpdatesShowInTheText) {
   metrics.SetPoolDepth("python", 7);
   metrics.SetPoolDepth("ruby", 9);  // Not a configured profile: no new series.
   metrics.SetPoolTarget("python", 12);
+  metrics.AddPoolMiss("python");
+  metrics.AddPoolMiss("ruby");
   metrics.SetRecycleBacklog(4);
   metrics.AddViolation("syscall");
   metrics.AddViolation("syscall");
@@ -53,6 +55,7 @@ TEST(MetricsTest, UpdatesShowInTheText) {
                            "moat_sandboxes{state=\"creating\"} 0",
                            "moat_pool_depth{profile=\"python\"} 7",
                            "moat_pool_target{profile=\"python\"} 12",
+                           "moat_pool_misses_total{profile=\"python\"} 1",
                            "moat_recycle_backlog 4",
                            "moat_violations_total{kind=\"syscall\"} 2",
                            "moat_violations_total{kind=\"other\"} 1",

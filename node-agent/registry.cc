@@ -35,6 +35,12 @@ absl::string_view StateName(SandboxState state) {
   return "unknown";
 }
 
+absl::StatusOr<std::string> NewSandboxId() {
+  absl::StatusOr<std::string> token = NewToken();
+  if (!token.ok()) return token.status();
+  return absl::StrCat("sb-", token->substr(0, 20));
+}
+
 absl::Status Registry::Insert(SandboxRecord record) {
   absl::Time now = clock_->Now();
   record.created = now;

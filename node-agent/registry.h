@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "node-agent/backend.h"
 #include "node-agent/clock.h"
 #include "node-agent/limits.h"
 
@@ -40,8 +41,13 @@ struct SandboxRecord {
   std::map<std::string, std::string> metadata;
   std::map<std::string, std::string> env;  // Given to every command in the sandbox.
   Limits limits;
-  std::string token;  // The per-sandbox API's bearer token. Never logged.
+  StartPath start_path = StartPath::kCold;  // kWarm if it was taken from the warm pool.
+  std::string token;                        // The per-sandbox API's bearer token. Never logged.
 };
+
+// A new sandbox id, "sb-" and 20 random hex digits (80 bits: collisions are moot). Every id the
+// agent gives the backend comes from here, warm pool included.
+absl::StatusOr<std::string> NewSandboxId();
 
 class Registry {
  public:

@@ -1,7 +1,7 @@
 #include "node-agent/service.h"
 
-#include <fstream>
-#include <sstream>
+#include <optional>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
@@ -35,21 +35,10 @@ absl::StatusOr<Limits> EffectiveLimits(const Limits& requested, const ProfileCon
   return out;
 }
 
-absl::StatusOr<std::string> ReadPolicyFile(const std::string& path) {
-  if (path.empty()) return std::string();
-  std::ifstream in(path);
-  if (!in) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot read the profile's policy file \"", path, "\"; fix the agent config"));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-absl::StatusOr<std::string> NewSandboxId() {
-  ASSIGN_OR_RETURN(std::string token, NewToken());
-  return absl::StrCat("sb-", token.substr(0, 20));  // 80 random bits: collisions are moot.
+WarmPoolOptions PoolOptions(const AgentConfig& config) {
+  WarmPoolOptions options;
+  options.refill_concurrency = config.pool_refill_concurrency;
+  return options;
 }
 
 }  // namespace
@@ -62,7 +51,9 @@ SandboxService::SandboxService(const AgentConfig* config, SandboxBackend* backen
       metrics_(metrics),
       clock_(clock),
       recycle_queue_(config->recycle_per_second,
-                     [this](const std::string& id) { Recycle(id).IgnoreError(); }) {}
+                     [this](const std::string& id) { Recycle(id).IgnoreError(); }),
+      pool_(backend, clock, config->profiles, PoolOptions(*config),
+            [this](const std::string& id) { recycle_queue_.Enqueue(id); }) {}
 
 absl::StatusOr<SandboxRecord> SandboxService::Create(const CreateRequest& request) {
   const ProfileConfig* profile = config_->FindProfile(request.profile);
@@ -76,6 +67,19 @@ absl::StatusOr<SandboxRecord> SandboxService::Create(const CreateRequest& reques
         absl::StrCat("ttl_seconds must be from 1 to ", absl::ToInt64Seconds(config_->max_ttl)));
   }
   ASSIGN_OR_RETURN(Limits limits, EffectiveLimits(request.limits, *profile));
+  SandboxRecord record;
+  record.profile = profile->name;
+  record.state = SandboxState::kCreating;
+  record.expires_at = clock_->Now() + ttl;
+  record.metadata = request.metadata;
+  record.env = request.env;
+  record.limits = limits;
+  ASSIGN_OR_RETURN(record.token, NewToken());
+  if (std::optional<absl::StatusOr<SandboxRecord>> warm =
+          TakeWarm(request, *profile, limits, record)) {
+    return *std::move(warm);
+  }
+
   SandboxSpec spec;
   ASSIGN_OR_RETURN(spec.id, NewSandboxId());
   spec.profile = profile->name;
@@ -84,18 +88,10 @@ absl::StatusOr<SandboxRecord> SandboxService::Create(const CreateRequest& reques
   if (request.policy.has_value()) {
     spec.policy = *request.policy;
   } else {
-    ASSIGN_OR_RETURN(spec.policy, ReadPolicyFile(profile->policy_file));
+    ASSIGN_OR_RETURN(spec.policy, ReadProfilePolicy(*profile));
   }
-
-  SandboxRecord record;
   record.id = spec.id;
-  record.profile = profile->name;
-  record.state = SandboxState::kCreating;
-  record.expires_at = clock_->Now() + ttl;
-  record.metadata = request.metadata;
-  record.env = request.env;
-  record.limits = limits;
-  ASSIGN_OR_RETURN(record.token, NewToken());
+  record.start_path = StartPath::kCold;
   RETURN_IF_ERROR(registry_->Insert(record));
 
   absl::Time start = clock_->Now();
@@ -106,8 +102,36 @@ absl::StatusOr<SandboxRecord> SandboxService::Create(const CreateRequest& reques
   }
   metrics_->ObserveStart(created->path, clock_->Now() - start);
   RETURN_IF_ERROR(registry_->SetState(spec.id, SandboxState::kReady));
-  LogInfo(absl::StrCat("created sandbox ", spec.id, " (profile ", profile->name, ")"));
+  LogInfo(absl::StrCat("created sandbox ", spec.id, " (profile ", profile->name, ", cold)"));
   return registry_->Get(spec.id);
+}
+
+// Warm only for the profile's defaults: a warm sandbox was made with the profile's policy and
+// limits, and the backend has no call to change them afterwards. Tighter limits or another
+// policy would need one; until then such requests are made cold.
+std::optional<absl::StatusOr<SandboxRecord>> SandboxService::TakeWarm(const CreateRequest& request,
+                                                                      const ProfileConfig& profile,
+                                                                      const Limits& limits,
+                                                                      SandboxRecord record) {
+  if (request.policy.has_value() || !(limits == profile.limits)) return std::nullopt;
+  absl::Time start = clock_->Now();
+  std::optional<std::string> id = pool_.Take(profile.name);
+  if (!id.has_value()) {
+    metrics_->AddPoolMiss(profile.name);
+    return std::nullopt;
+  }
+  record.id = *id;
+  record.state = SandboxState::kReady;
+  record.start_path = StartPath::kWarm;
+  if (absl::Status inserted = registry_->Insert(record); !inserted.ok()) {
+    // Cannot happen with random ids; if it does, the sandbox is not handed out twice.
+    LogError(absl::StrCat("cannot register warm sandbox ", *id, ": ", inserted.ToString()));
+    recycle_queue_.Enqueue(*id);
+    return std::nullopt;
+  }
+  metrics_->ObserveStart(StartPath::kWarm, clock_->Now() - start);
+  LogInfo(absl::StrCat("created sandbox ", *id, " (profile ", profile.name, ", warm)"));
+  return registry_->Get(*id);
 }
 
 absl::StatusOr<SandboxRecord> SandboxService::Get(absl::string_view id) const {
@@ -172,6 +196,11 @@ std::string SandboxService::MetricsText() {
   metrics_->SetSandboxes(registry_->CountByState());
   metrics_->SetRecycleBacklog(recycle_queue_.backlog());
   metrics_->SetNodeUsage(backend_->Usage());
+  for (const std::string& profile : pool_.Profiles()) {
+    PoolStats stats = pool_.Stats(profile);
+    metrics_->SetPoolDepth(profile, stats.depth);
+    metrics_->SetPoolTarget(profile, stats.target);
+  }
   return metrics_->Serialize();
 }
 

@@ -17,6 +17,7 @@
 #include "node-agent/metrics.h"
 #include "node-agent/recycle_queue.h"
 #include "node-agent/registry.h"
+#include "node-agent/warm_pool.h"
 
 namespace moat::agent {
 
@@ -32,10 +33,14 @@ struct CreateRequest {
 
 class SandboxService {
  public:
-  // All pointers must outlive the service.
+  // All pointers must outlive the service. The warm pool is made now, from the config's
+  // profiles as they are now, but idle until StartPool.
   SandboxService(const AgentConfig* config, SandboxBackend* backend, Registry* registry,
                  AgentMetrics* metrics, const Clock* clock);
 
+  // A request for the profile's defaults (no policy given; limits not given or equal to the
+  // profile's) takes a warm sandbox from the pool when there is one; any other request, or an
+  // empty pool, makes one cold. The record's start_path says which (docs/pool.md).
   // Errors: InvalidArgument (unknown profile, limits above the profile's, ttl out of range,
   // bad policy), and the backend's Create errors.
   absl::StatusOr<SandboxRecord> Create(const CreateRequest& request);
@@ -53,6 +58,11 @@ class SandboxService {
   bool WaitRecycled(absl::Duration timeout) const { return recycle_queue_.WaitEmpty(timeout); }
   // At start: what a crashed agent left behind, cleaned.
   absl::StatusOr<CleanupReport> CleanLeftovers();
+  // The warm pool: started after CleanLeftovers (so its sandboxes are not taken for leftovers),
+  // stopped before the backend goes away; StopPool destroys the warm sandboxes it holds.
+  void StartPool() { pool_.Start(); }
+  void StopPool() { pool_.Shutdown(); }
+  WarmPool& pool() { return pool_; }  // For tests: WaitIdle, Stats.
   bool TokenMatches(absl::string_view id, absl::string_view token) const;
   absl::Status Health();
   std::string MetricsText();  // Refreshes the gauges, then serializes.
@@ -62,14 +72,21 @@ class SandboxService {
 
  private:
   absl::StatusOr<CleanupReport> Recycle(const std::string& id);
+  // Serves `request` from the pool, registered as `record`: the result of Create, or nothing if
+  // the request does not qualify or the pool is empty (then the caller makes one cold).
+  std::optional<absl::StatusOr<SandboxRecord>> TakeWarm(const CreateRequest& request,
+                                                        const ProfileConfig& profile,
+                                                        const Limits& limits, SandboxRecord record);
 
   const AgentConfig* config_;
   SandboxBackend* backend_;
   Registry* registry_;
   AgentMetrics* metrics_;
   const Clock* clock_;
-  // Last: destroyed first, so its thread stops before the members its callback uses.
+  // Last: destroyed first, so their threads stop before the members their callbacks use. The
+  // pool gives its surplus and dead sandboxes to the recycle queue, so it goes first.
   RecycleQueue recycle_queue_;
+  WarmPool pool_;
 };
 
 }  // namespace moat::agent

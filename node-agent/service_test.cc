@@ -12,25 +12,30 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// The service reads the profiles when it is made (its warm pool copies them): the config is
+// complete before the service member is constructed.
+AgentConfig TestConfig(const std::string& policy_path) {
+  std::ofstream(policy_path) << "network:\n  allowedDomains: [pypi.org]\n";
+  AgentConfig config;
+  config.token_file = "/unused";
+  ProfileConfig python;
+  python.name = "python";
+  python.root_dir = "/srv/roots/python";
+  python.policy_file = policy_path;
+  python.limits.pids = 100;
+  python.pool_floor = 2;  // The pool runs only in tests that start it.
+  python.pool_ceiling = 5;
+  ProfileConfig broken;
+  broken.name = "broken";
+  broken.policy_file = "/nonexistent/policy.yaml";
+  config.profiles = {python, broken};
+  return config;
+}
+
 class ServiceTest : public ::testing::Test {
  protected:
-  ServiceTest() {
-    policy_path_ = std::string(::testing::TempDir()) + "/service_test_policy.yaml";
-    std::ofstream(policy_path_) << "network:\n  allowedDomains: [pypi.org]\n";
-    config_.token_file = "/unused";
-    ProfileConfig python;
-    python.name = "python";
-    python.root_dir = "/srv/roots/python";
-    python.policy_file = policy_path_;
-    python.limits.pids = 100;
-    ProfileConfig broken;
-    broken.name = "broken";
-    broken.policy_file = "/nonexistent/policy.yaml";
-    config_.profiles = {python, broken};
-  }
-
-  std::string policy_path_;
-  AgentConfig config_;
+  std::string policy_path_ = std::string(::testing::TempDir()) + "/service_test_policy.yaml";
+  AgentConfig config_ = TestConfig(policy_path_);
   FakeClock clock_;
   FakeBackend backend_;
   Registry registry_{&clock_};
@@ -116,6 +121,94 @@ TEST_F(ServiceTest, CleanLeftoversReportsWhatTheBackendFound) {
   auto report = service_.CleanLeftovers();
   ASSERT_TRUE(report.ok());
   EXPECT_EQ(report->mounts_unmounted, 2);
+}
+
+TEST_F(ServiceTest, TheProfilesDefaultsAreServedWarmEverythingElseCold) {
+  service_.StartPool();
+  ASSERT_TRUE(service_.pool().WaitIdle(absl::Seconds(10)));
+  auto warm = service_.Create(CreateRequest{"python"});
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  EXPECT_EQ(warm->start_path, StartPath::kWarm);
+  EXPECT_EQ(warm->state, SandboxState::kReady);
+  EXPECT_EQ(registry_.Get(warm->id)->start_path, StartPath::kWarm);
+  EXPECT_THAT(backend_.SpecOf(warm->id).policy, HasSubstr("pypi.org"));
+  EXPECT_EQ(warm->expires_at, clock_.Now() + config_.default_ttl);
+
+  CreateRequest same{"python"};
+  same.limits.pids = 100;  // The profile's own limit, spelled out: still its defaults.
+  auto warm_too = service_.Create(same);
+  ASSERT_TRUE(warm_too.ok()) << warm_too.status();
+  EXPECT_EQ(warm_too->start_path, StartPath::kWarm);
+
+  CreateRequest tighter{"python"};
+  tighter.limits.pids = 10;
+  auto cold = service_.Create(tighter);
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  EXPECT_EQ(cold->start_path, StartPath::kCold);
+  EXPECT_EQ(backend_.SpecOf(cold->id).limits.pids, 10u);
+
+  CreateRequest custom{"python"};
+  custom.policy = R"({"network": {"allowedDomains": []}})";
+  auto cold_too = service_.Create(custom);
+  ASSERT_TRUE(cold_too.ok()) << cold_too.status();
+  EXPECT_EQ(cold_too->start_path, StartPath::kCold);
+  EXPECT_EQ(backend_.SpecOf(cold_too->id).policy, *custom.policy);
+
+  std::string text = service_.MetricsText();
+  EXPECT_THAT(text, HasSubstr("moat_sandbox_start_seconds_count{path=\"warm\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("moat_sandbox_start_seconds_count{path=\"cold\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("moat_pool_misses_total{profile=\"python\"} 0\n"));
+}
+
+TEST_F(ServiceTest, AnEmptyPoolFallsBackToColdAndCountsAMiss) {
+  // The pool is not started: it holds nothing.
+  auto record = service_.Create(CreateRequest{"python"});
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->start_path, StartPath::kCold);
+  CreateRequest custom{"python"};
+  custom.policy = "{}";
+  ASSERT_TRUE(service_.Create(custom).ok());  // Not one the pool could serve: no miss.
+  std::string text = service_.MetricsText();
+  EXPECT_THAT(text, HasSubstr("moat_pool_misses_total{profile=\"python\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("moat_sandbox_start_seconds_count{path=\"cold\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("moat_sandbox_start_seconds_count{path=\"warm\"} 0\n"));
+}
+
+TEST_F(ServiceTest, MetricsShowPoolDepthAndTargetPerProfile) {
+  EXPECT_THAT(service_.MetricsText(), HasSubstr("moat_pool_depth{profile=\"python\"} 0\n"));
+  service_.StartPool();
+  ASSERT_TRUE(service_.pool().WaitIdle(absl::Seconds(10)));
+  std::string text = service_.MetricsText();
+  EXPECT_THAT(text, HasSubstr("moat_pool_depth{profile=\"python\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("moat_pool_target{profile=\"python\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("moat_pool_depth{profile=\"broken\"} 0\n"));  // No pool.
+  EXPECT_THAT(text, HasSubstr("moat_pool_target{profile=\"broken\"} 0\n"));
+}
+
+TEST_F(ServiceTest, AUsedWarmSandboxIsRecycledAndThePoolRefilledWithNewOnes) {
+  service_.StartPool();
+  ASSERT_TRUE(service_.pool().WaitIdle(absl::Seconds(10)));
+  auto record = service_.Create(CreateRequest{"python"});
+  ASSERT_TRUE(record.ok());
+  ASSERT_EQ(record->start_path, StartPath::kWarm);
+  ASSERT_TRUE(service_.Delete(record->id).ok());
+  EXPECT_FALSE(backend_.Exists(record->id));
+  ASSERT_TRUE(service_.pool().WaitIdle(absl::Seconds(10)));
+  EXPECT_EQ(service_.pool().Stats("python").depth, 2);
+  EXPECT_EQ(backend_.live_sandboxes(), 2);
+  EXPECT_EQ(backend_.create_calls(), 3);  // A new one replaced the one taken.
+}
+
+TEST_F(ServiceTest, StopPoolDestroysTheWarmSandboxesButNotTheUsersOnes) {
+  service_.StartPool();
+  ASSERT_TRUE(service_.pool().WaitIdle(absl::Seconds(10)));
+  auto record = service_.Create(CreateRequest{"python"});
+  ASSERT_TRUE(record.ok());
+  service_.StopPool();
+  EXPECT_THAT(backend_.ids(), ::testing::ElementsAre(record->id));
+  auto after = service_.Create(CreateRequest{"python"});
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->start_path, StartPath::kCold);
 }
 
 }  // namespace
