@@ -182,15 +182,33 @@ TEST_F(KernelBackendTest, TimeoutKillsTheCommandTree) {
 TEST_F(KernelBackendTest, InterruptSendsSigintThenKills) {
   ASSERT_TRUE(backend_->Create(Spec("sb-int")).ok());
   Seen polite;
-  std::string cid = Exec("sb-int", "sleep 30", polite);
+  // The trap proves SIGINT arrived (the shell's own catch-and-exec of a pending SIGINT would
+  // otherwise make an immediate interrupt racy); "ready" says the trap is in place.
+  std::string cid =
+      Exec("sb-int", "trap 'echo got-int; exit 7' INT; echo ready; while :; do sleep 0.1; done",
+           polite);
+  for (int i = 0; i < 500; ++i) {
+    {
+      absl::MutexLock l(&polite.mu);
+      if (polite.out == "ready\n") break;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
   ASSERT_TRUE(backend_->Interrupt("sb-int", cid, absl::Seconds(5)).ok());
   ASSERT_TRUE(polite.Wait());
   EXPECT_TRUE(polite.exit.interrupted);
-  EXPECT_EQ(polite.exit.signal, SIGINT);
+  EXPECT_EQ(polite.exit.exit_code, 7);
+  EXPECT_EQ(polite.out, "ready\ngot-int\n");
 
   Seen stubborn;
-  cid = Exec("sb-int", "trap '' INT; sleep 30", stubborn);
-  absl::SleepFor(absl::Milliseconds(100));  // let the shell install its trap
+  cid = Exec("sb-int", "trap '' INT; echo ready; sleep 30", stubborn);  // sleep ignores it too
+  for (int i = 0; i < 500; ++i) {
+    {
+      absl::MutexLock l(&stubborn.mu);
+      if (stubborn.out == "ready\n") break;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
   const absl::Time begin = absl::Now();
   ASSERT_TRUE(backend_->Interrupt("sb-int", cid, absl::Milliseconds(200)).ok());
   ASSERT_TRUE(stubborn.Wait());
