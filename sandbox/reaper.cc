@@ -159,8 +159,9 @@ void SignalCommand(const ReaperRequest& req) {
   if (req.signal <= 0 || req.signal >= NSIG) return;
   for (const Running& r : running) {
     if (r.pid != 0 && r.seq == req.seq) {
-      ::kill(-r.pid, req.signal);  // its process group (setsid made it the leader)
-      ::kill(r.pid, req.signal);   // in case it left its group
+      // Its process group (setsid made it the leader); the command itself if it left the group
+      // and nobody is left in it. Never both: a handler would run twice.
+      if (::kill(-r.pid, req.signal) != 0) ::kill(r.pid, req.signal);
       return;
     }
   }
