@@ -210,7 +210,9 @@ absl::StatusOr<std::shared_ptr<Command>> CommandTable::Add(absl::string_view san
   if (!token.ok()) return token.status();
   std::string key(sandbox_id);
   absl::MutexLock lock(&mu_);
-  PruneLocked(key);
+  // Room for this one when it finishes.
+  PruneLocked(key, options_.max_finished_per_sandbox -
+                       std::min<size_t>(1, options_.max_finished_per_sandbox));
   std::vector<std::shared_ptr<Command>>& commands = by_sandbox_[key];
   size_t running =
       std::count_if(commands.begin(), commands.end(), [](const auto& c) { return c->running(); });
@@ -225,15 +227,19 @@ absl::StatusOr<std::shared_ptr<Command>> CommandTable::Add(absl::string_view san
   return cmd;
 }
 
-void CommandTable::PruneLocked(const std::string& sandbox_id) {
+void CommandTable::Prune(absl::string_view sandbox_id) {
+  absl::MutexLock lock(&mu_);
+  PruneLocked(sandbox_id, options_.max_finished_per_sandbox);
+}
+
+void CommandTable::PruneLocked(absl::string_view sandbox_id, size_t keep) {
   auto it = by_sandbox_.find(sandbox_id);
   if (it == by_sandbox_.end()) return;
   std::vector<std::shared_ptr<Command>>& commands = it->second;
   size_t finished =
       std::count_if(commands.begin(), commands.end(), [](const auto& c) { return !c->running(); });
-  // Oldest first: drop the earliest finished ones until the limit holds with room for one more.
-  for (auto c = commands.begin();
-       c != commands.end() && finished + 1 > options_.max_finished_per_sandbox;) {
+  // Oldest first: drop the earliest finished ones.
+  for (auto c = commands.begin(); c != commands.end() && finished > keep;) {
     if (!(*c)->running()) {
       c = commands.erase(c);
       --finished;

@@ -158,6 +158,9 @@ class CommandTable {
   // NotFound unless `id` is a command of `sandbox_id` (one sandbox never sees another's).
   absl::StatusOr<std::shared_ptr<Command>> Find(absl::string_view sandbox_id,
                                                 absl::string_view id) const;
+  // Drops the oldest finished commands of the sandbox beyond max_finished_per_sandbox (call it
+  // when one finishes).
+  void Prune(absl::string_view sandbox_id);
   // Forgets every command of the sandbox (it was deleted). Streams that hold a command keep it.
   void ForgetSandbox(absl::string_view sandbox_id);
   // Running commands of the sandbox.
@@ -168,7 +171,8 @@ class CommandTable {
   const Clock* clock() const { return clock_; }
 
  private:
-  void PruneLocked(const std::string& sandbox_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Leaves at most `keep` finished commands.
+  void PruneLocked(absl::string_view sandbox_id, size_t keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CommandTableOptions options_;
   const Clock* clock_;

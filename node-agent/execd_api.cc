@@ -5,12 +5,12 @@
 
 #include <map>
 #include <optional>
-#include <regex>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "node-agent/execd_api_internal.h"
 #include "node-agent/log.h"
@@ -142,12 +142,14 @@ std::optional<json> ErrorFor(const CommandStatus& status) {
 // outlives it); then they do nothing here.
 class ExecdApi::Hooks {
  public:
-  Hooks(Registry* registry, AgentMetrics* metrics) : registry_(registry), metrics_(metrics) {}
+  Hooks(Registry* registry, AgentMetrics* metrics, CommandTable* commands)
+      : registry_(registry), metrics_(metrics), commands_(commands) {}
 
   void Disable() {
     absl::MutexLock lock(&mu_);
     registry_ = nullptr;
     metrics_ = nullptr;
+    commands_ = nullptr;
   }
 
   // The registry has no compare-and-set of states, so a transition can still race with a
@@ -164,6 +166,7 @@ class ExecdApi::Hooks {
     absl::MutexLock lock(&mu_);
     if (registry_ == nullptr) return;
     if (duration.has_value() && metrics_ != nullptr) metrics_->ObserveCommand(*duration);
+    commands_->Prune(sandbox_id);
     auto it = in_flight_.find(sandbox_id);
     if (it == in_flight_.end()) return;
     if (--it->second == 0) {
@@ -182,6 +185,7 @@ class ExecdApi::Hooks {
   absl::Mutex mu_;
   Registry* registry_ ABSL_GUARDED_BY(mu_);
   AgentMetrics* metrics_ ABSL_GUARDED_BY(mu_);
+  CommandTable* commands_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> in_flight_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -202,7 +206,7 @@ ExecdApi::ExecdApi(SandboxBackend* backend, Registry* registry, AgentMetrics* me
       clock_(clock),
       options_(std::move(options)),
       commands_(options_.commands, clock),
-      hooks_(std::make_shared<Hooks>(registry, metrics)) {}
+      hooks_(std::make_shared<Hooks>(registry, metrics, &commands_)) {}
 
 ExecdApi::~ExecdApi() { hooks_->Disable(); }
 
@@ -215,8 +219,13 @@ void ExecdApi::SweepGoneSandboxes() {
 }
 
 bool ExecdApi::IsUpload(const httplib::Request& req) {
-  static const std::regex kUpload(R"(/v1/sandboxes/[^/]+/execd/files/upload)");
-  return req.method == "POST" && std::regex_match(req.path, kUpload);
+  // "/v1/sandboxes/{id}/execd/files/upload", checked without a regex: this runs per request.
+  absl::string_view path = req.path;
+  if (req.method != "POST" || !absl::ConsumePrefix(&path, "/v1/sandboxes/") ||
+      !absl::ConsumeSuffix(&path, "/execd/files/upload")) {
+    return false;
+  }
+  return !path.empty() && path.find('/') == absl::string_view::npos;
 }
 
 void ExecdApi::RegisterRoutes(httplib::Server& server) {
@@ -324,6 +333,7 @@ void ExecdApi::RunCommand(const httplib::Request& req, httplib::Response& res) {
 // Each call waits up to options_.poll for output, so a stream notices a deleted sandbox and
 // sends keep-alive pings.
 bool ExecdApi::WriteStreamEvents(Stream& stream, httplib::DataSink& sink) {
+  if (stopping_) return false;
   Command& command = *stream.command;
   auto write = [&](json event) {
     event["timestamp"] = UnixMillis(clock_->Now());

@@ -19,6 +19,7 @@
 // Errors are {"error": {"code", "message"}} as in the node API (api_json.h).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -54,6 +55,9 @@ struct ExecdOptions {
   // the exit of a command whose sandbox is gone before it ends the stream itself.
   absl::Duration poll = absl::Milliseconds(250);
   absl::Duration gone_grace = absl::Seconds(5);
+  // A streaming command holds one HTTP thread for as long as it runs, so the server needs
+  // more threads than httplib's default (8) for everything else to stay served.
+  size_t http_threads = 64;
   CommandTableOptions commands;
 };
 
@@ -71,6 +75,9 @@ class ExecdApi {
   void RegisterRoutes(httplib::Server& server);
   // The sandbox was deleted: forget its commands.
   void ForgetSandbox(absl::string_view sandbox_id);
+  // Before the server stops: streams end within `poll` instead of when their command does
+  // (the commands go on; their status and logs stay).
+  void StopStreams() { stopping_ = true; }
   // For HttpApi's body limits: is this request an upload, which may be up to max_upload_bytes?
   static bool IsUpload(const httplib::Request& req);
 
@@ -100,6 +107,7 @@ class ExecdApi {
   const ExecdOptions options_;
   CommandTable commands_;
   std::shared_ptr<Hooks> hooks_;
+  std::atomic<bool> stopping_{false};
 };
 
 }  // namespace moat::agent

@@ -660,5 +660,21 @@ TEST_F(ExecdApiTest, DeletingTheSandboxEndsItsStreams) {
   EXPECT_EQ(after->status, 401);  // Its token died with it.
 }
 
+TEST_F(ExecdApiTest, StoppingTheServerEndsStreamsButNotCommands) {
+  backend_.SetProcessScript([](const ExecRequest&, FakeProcess& process) {
+    process.WaitEnded(absl::Seconds(10));
+    return 0;
+  });
+  std::thread runner([&] {
+    auto client = NewClient();
+    client->Post(prefix_ + "/command", Auth(), R"({"command": "forever"})", "application/json");
+  });
+  ASSERT_TRUE(Eventually([&] { return backend_.running_processes() == 1; }));
+  api_->Stop();
+  // Stop did not wait for the command: it still runs (the fake ends it at destruction).
+  EXPECT_EQ(backend_.running_processes(), 1);
+  runner.join();
+}
+
 }  // namespace
 }  // namespace moat::agent

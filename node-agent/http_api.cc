@@ -143,6 +143,11 @@ void HttpApi::Routes() {
         server_payload_limit_, options_.execd->options().max_upload_bytes + kUploadFramingBytes);
   }
   s.set_payload_max_length(server_payload_limit_);
+  if (options_.execd != nullptr) {
+    s.new_task_queue = [n = options_.execd->options().http_threads] {
+      return new httplib::ThreadPool(n);
+    };
+  }
   // httplib's default is SO_REUSEPORT, which lets a second agent (or any root process) bind the
   // same port and silently take half the connections. SO_REUSEADDR alone still allows a quick
   // restart (TIME_WAIT) but makes a second bind fail with EADDRINUSE.
@@ -259,6 +264,9 @@ absl::StatusOr<int> HttpApi::Start(const std::string& address, int port) {
 
 void HttpApi::Stop() {
   if (!thread_.joinable()) return;
+  // Streams of running commands would otherwise hold their threads, and stop(), until the
+  // commands end.
+  if (options_.execd != nullptr) options_.execd->StopStreams();
   server_->stop();
   thread_.join();
 }
