@@ -660,6 +660,32 @@ TEST_F(ExecdApiTest, DeletingTheSandboxEndsItsStreams) {
   EXPECT_EQ(after->status, 401);  // Its token died with it.
 }
 
+TEST_F(ExecdApiTest, AStreamEndsEvenIfTheBackendNeverReportsTheEnd) {
+  // A backend that loses a command when its sandbox goes: no on_exit until the test says so.
+  absl::Notification release;
+  backend_.SetProcessScript([&](const ExecRequest&, FakeProcess& process) {
+    process.Stdout("working\n");
+    release.WaitForNotificationWithTimeout(absl::Seconds(10));
+    return 0;
+  });
+  std::string body;
+  std::thread runner([&] {
+    auto client = NewClient();
+    auto r =
+        client->Post(prefix_ + "/command", Auth(), R"({"command": "stuck"})", "application/json");
+    if (r) body = r->body;
+  });
+  ASSERT_TRUE(Eventually([&] { return backend_.running_processes() == 1; }));
+  ASSERT_TRUE(service_.Delete(id_).ok());
+  runner.join();  // Ends after gone_grace, while the command is still "running".
+  EXPECT_EQ(backend_.running_processes(), 1);
+  std::vector<json> events = Events(body);
+  ASSERT_THAT(Types(events), ElementsAre("init", "stdout", "error", "execution_complete"));
+  EXPECT_EQ(events[2]["error"]["ename"], "SandboxDeleted");
+  release.Notify();
+  ASSERT_TRUE(Eventually([&] { return backend_.running_processes() == 0; }));
+}
+
 TEST_F(ExecdApiTest, StoppingTheServerEndsStreamsButNotCommands) {
   backend_.SetProcessScript([](const ExecRequest&, FakeProcess& process) {
     process.WaitEnded(absl::Seconds(10));
