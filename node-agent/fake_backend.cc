@@ -34,9 +34,44 @@ std::string ParentOf(absl::string_view rel) {
 
 }  // namespace
 
+void FakeProcess::Stdout(absl::string_view chunk) {
+  if (callbacks_.on_stdout) callbacks_.on_stdout(chunk);
+}
+
+void FakeProcess::Stderr(absl::string_view chunk) {
+  if (callbacks_.on_stderr) callbacks_.on_stderr(chunk);
+}
+
+bool FakeProcess::WaitEnded(absl::Duration d) {
+  absl::MutexLock lock(&mu_);
+  absl::Time until = std::min(absl::Now() + d, deadline_);
+  mu_.AwaitWithDeadline(absl::Condition(
+                            +[](Ending* e) { return *e != Ending::kNone; }, &ending_),
+                        until);
+  if (ending_ == Ending::kNone && absl::Now() >= deadline_) ending_ = Ending::kTimedOut;
+  return ending_ != Ending::kNone;
+}
+
+void FakeProcess::End(Ending how) {
+  absl::MutexLock lock(&mu_);
+  if (ending_ == Ending::kNone) ending_ = how;
+}
+
+FakeProcess::Ending FakeProcess::ending() const {
+  absl::MutexLock lock(&mu_);
+  return ending_;
+}
+
 FakeBackend::FakeBackend() : handler_(DefaultHandler), worker_([this] { WorkerLoop(); }) {}
 
 FakeBackend::~FakeBackend() {
+  std::vector<std::thread> threads;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [unused, process] : processes_) process.second->End(FakeProcess::Ending::kKilled);
+    threads = std::move(process_threads_);
+  }
+  for (std::thread& t : threads) t.join();
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
@@ -104,6 +139,9 @@ absl::StatusOr<CleanupReport> FakeBackend::Destroy(absl::string_view id) {
   absl::MutexLock lock(&mu_);
   if (!next_destroy_status_.ok()) return std::exchange(next_destroy_status_, absl::OkStatus());
   CleanupReport report;
+  for (auto& [unused, process] : processes_) {
+    if (process.first == id) process.second->End(FakeProcess::Ending::kKilled);
+  }
   if (sandboxes_.erase(id) == 1) {
     report.processes_killed = 1;  // Its init.
     report.cgroups_removed = 1;
@@ -124,6 +162,39 @@ absl::StatusOr<std::string> FakeBackend::Exec(absl::string_view id, const ExecRe
     return absl::InvalidArgumentError(
         absl::StrCat("cwd \"", request.cwd, "\" is not absolute; give an absolute path"));
   }
+  if (script_) {
+    std::string command_id = absl::StrCat("cmd-", next_command_++);
+    auto process = std::make_shared<FakeProcess>(std::move(callbacks),
+                                                 request.timeout == absl::InfiniteDuration()
+                                                     ? absl::InfiniteFuture()
+                                                     : absl::Now() + request.timeout);
+    processes_[command_id] = {std::string(id), process};
+    process_threads_.emplace_back([this, script = script_, request, process, command_id] {
+      int code = script(request, *process);
+      ExecExit exit;
+      exit.exit_code = code;
+      exit.duration = absl::Milliseconds(1);
+      switch (process->ending()) {
+        case FakeProcess::Ending::kNone:
+          break;
+        case FakeProcess::Ending::kInterrupted:
+          exit.interrupted = true;
+          exit.signal = 2;
+          break;
+        case FakeProcess::Ending::kKilled:
+          exit.signal = 9;
+          break;
+        case FakeProcess::Ending::kTimedOut:
+          exit.timed_out = true;
+          exit.signal = 9;
+          break;
+      }
+      if (process->callbacks().on_exit) process->callbacks().on_exit(exit);
+      absl::MutexLock lock(&mu_);
+      processes_.erase(command_id);
+    });
+    return command_id;
+  }
   FakeOutput output = handler_(request);
   queue_.push_back([output = std::move(output), callbacks = std::move(callbacks)] {
     if (!output.out.empty() && callbacks.on_stdout) callbacks.on_stdout(output.out);
@@ -140,7 +211,11 @@ absl::Status FakeBackend::Interrupt(absl::string_view id, absl::string_view comm
                                     absl::Duration grace) {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(FindLocked(id).status());
-  // Fake commands finish at once, so any command that was started has already exited.
+  auto it = processes_.find(std::string(command_id));
+  if (it != processes_.end() && it->second.first == id) {
+    it->second.second->End(FakeProcess::Ending::kInterrupted);
+  }
+  // Unscripted fake commands finish at once: any command that was started has already exited.
   return absl::OkStatus();
 }
 
@@ -313,6 +388,16 @@ void FakeBackend::SetUsage(const NodeUsage& usage) {
 void FakeBackend::SetExecHandler(ExecHandler handler) {
   absl::MutexLock lock(&mu_);
   handler_ = std::move(handler);
+}
+
+void FakeBackend::SetProcessScript(ProcessScript script) {
+  absl::MutexLock lock(&mu_);
+  script_ = std::move(script);
+}
+
+int FakeBackend::running_processes() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(processes_.size());
 }
 
 void FakeBackend::AddLeftovers(const CleanupReport& report) {

@@ -6,15 +6,43 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "node-agent/backend.h"
 
 namespace moat::agent {
+
+// A fake command that runs on its own thread (see FakeBackend::SetProcessScript): it writes
+// output as it goes and can wait to be interrupted, killed (Destroy) or timed out.
+class FakeProcess {
+ public:
+  FakeProcess(ExecCallbacks callbacks, absl::Time deadline)
+      : callbacks_(std::move(callbacks)), deadline_(deadline) {}
+  void Stdout(absl::string_view chunk);
+  void Stderr(absl::string_view chunk);
+  // Waits until the command is interrupted, killed or past its timeout, or `d` passes; true if
+  // it was ended by one of them (the script should then return).
+  bool WaitEnded(absl::Duration d);
+
+  // For the backend.
+  enum class Ending { kNone, kInterrupted, kKilled, kTimedOut };
+  void End(Ending how);
+  Ending ending() const;
+  const ExecCallbacks& callbacks() const { return callbacks_; }
+
+ private:
+  const ExecCallbacks callbacks_;
+  const absl::Time deadline_;
+  mutable absl::Mutex mu_;
+  Ending ending_ ABSL_GUARDED_BY(mu_) = Ending::kNone;
+};
 
 class FakeBackend final : public SandboxBackend {
  public:
@@ -24,6 +52,8 @@ class FakeBackend final : public SandboxBackend {
     int exit_code = 0;
   };
   using ExecHandler = std::function<FakeOutput(const ExecRequest&)>;
+  // A long-running command: runs on a thread of its own, returns the exit code.
+  using ProcessScript = std::function<int(const ExecRequest&, FakeProcess&)>;
 
   FakeBackend();
   ~FakeBackend() override;  // Delivers every queued callback, then stops the worker.
@@ -61,6 +91,9 @@ class FakeBackend final : public SandboxBackend {
   void SetNodeStatus(absl::Status status);
   void SetUsage(const NodeUsage& usage);
   void SetExecHandler(ExecHandler handler);
+  // When set, Exec runs commands with this script instead of the handler (null: handler again).
+  void SetProcessScript(ProcessScript script);
+  int running_processes() const;                   // Scripted commands that have not exited yet.
   void AddLeftovers(const CleanupReport& report);  // What CleanLeftovers will "find".
   bool Exists(absl::string_view id) const;
   SandboxSpec SpecOf(absl::string_view id) const;  // Empty spec if unknown.
@@ -99,6 +132,11 @@ class FakeBackend final : public SandboxBackend {
   absl::Status node_status_ ABSL_GUARDED_BY(mu_);
   NodeUsage usage_ ABSL_GUARDED_BY(mu_);
   ExecHandler handler_ ABSL_GUARDED_BY(mu_);
+  ProcessScript script_ ABSL_GUARDED_BY(mu_);
+  // Scripted commands: backend command id -> (sandbox id, process), while they run.
+  std::map<std::string, std::pair<std::string, std::shared_ptr<FakeProcess>>> processes_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> process_threads_ ABSL_GUARDED_BY(mu_);
   CleanupReport leftovers_ ABSL_GUARDED_BY(mu_);
   int next_command_ ABSL_GUARDED_BY(mu_) = 1;
   // Callbacks run on one worker thread, in order, as the contract requires (never inside Exec).

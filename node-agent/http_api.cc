@@ -2,13 +2,16 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <exception>
 #include <regex>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "node-agent/api_json.h"
+#include "node-agent/execd_api.h"
 #include "node-agent/log.h"
 #include "node-agent/token.h"
 
@@ -104,9 +107,47 @@ bool HttpApi::Authorized(const httplib::Request& req, httplib::Response& res) co
   return false;
 }
 
+// Multipart framing and metadata parts on top of an upload's file bytes.
+constexpr uint64_t kUploadFramingBytes = 1 << 20;
+
+bool HttpApi::WithinBodyLimit(const httplib::Request& req, httplib::Response& res) const {
+  bool upload = options_.execd != nullptr && ExecdApi::IsUpload(req);
+  uint64_t limit = upload ? options_.execd->options().max_upload_bytes + kUploadFramingBytes
+                          : options_.max_request_bytes;
+  // httplib's own cap is the largest of the two, so a chunked body (no length to check here)
+  // could pass it; only uploads may be chunked.
+  if (!upload && absl::StrContains(req.get_header_value("Transfer-Encoding"), "chunked") &&
+      limit < server_payload_limit_) {
+    res.set_header("Connection", "close");
+    SendError(res, 411, "send the body with a Content-Length, not chunked");
+    return false;
+  }
+  uint64_t length = 0;
+  if (!absl::SimpleAtoi(req.get_header_value("Content-Length"), &length) || length <= limit) {
+    return true;
+  }
+  res.set_header("Connection", "close");
+  SendError(res, 413,
+            upload ? absl::StrCat("the upload is larger than ", limit - kUploadFramingBytes,
+                                  " bytes (the agent's upload limit); send less per request")
+                   : absl::StrCat("the request body is larger than ", limit,
+                                  " bytes (the agent's api.max_request_bytes); send less"));
+  return false;
+}
+
 void HttpApi::Routes() {
   httplib::Server& s = *server_;
-  s.set_payload_max_length(options_.max_request_bytes);
+  server_payload_limit_ = options_.max_request_bytes;
+  if (options_.execd != nullptr) {
+    server_payload_limit_ = std::max<uint64_t>(
+        server_payload_limit_, options_.execd->options().max_upload_bytes + kUploadFramingBytes);
+  }
+  s.set_payload_max_length(server_payload_limit_);
+  if (options_.execd != nullptr) {
+    s.new_task_queue = [n = options_.execd->options().http_threads] {
+      return new httplib::ThreadPool(n);
+    };
+  }
   // httplib's default is SO_REUSEPORT, which lets a second agent (or any root process) bind the
   // same port and silently take half the connections. SO_REUSEADDR alone still allows a quick
   // restart (TIME_WAIT) but makes a second bind fail with EADDRINUSE.
@@ -115,8 +156,9 @@ void HttpApi::Routes() {
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    return Authorized(req, res) ? httplib::Server::HandlerResponse::Unhandled
-                                : httplib::Server::HandlerResponse::Handled;
+    return Authorized(req, res) && WithinBodyLimit(req, res)
+               ? httplib::Server::HandlerResponse::Unhandled
+               : httplib::Server::HandlerResponse::Handled;
   });
   // httplib calls this for every response >= 400; ours already carry a JSON body, while its own
   // (no route, body too large, bad request line) do not.
@@ -127,7 +169,9 @@ void HttpApi::Routes() {
             res.status == 413
                 ? absl::StrCat("the request body is larger than ", limit,
                                " bytes (the agent's api.max_request_bytes); send less")
-                : (res.status == 404 ? "no such endpoint; see api/node-agent.yaml" : "bad request");
+            : res.status == 404 ? "no such endpoint; see api/node-agent.yaml"
+            : res.status == 416 ? "bad Range header; give one range: bytes=first-last"
+                                : "bad request";
         SendError(res, res.status, message);
         return httplib::Server::HandlerResponse::Handled;
       }));
@@ -178,6 +222,7 @@ void HttpApi::Routes() {
     if (!PathId(req, res, &id)) return;
     absl::StatusOr<CleanupReport> report = service_->Delete(id);
     if (!report.ok()) return SendStatus(res, report.status());
+    if (options_.execd != nullptr) options_.execd->ForgetSandbox(id);
     SendJson(res, 200, {{"id", id}, {"cleanup", CleanupJson(*report)}});
   });
   s.Post(R"(/v1/sandboxes/([^/]+)/renew)",
@@ -193,6 +238,7 @@ void HttpApi::Routes() {
   // The per-sandbox API (execd) starts here; its authentication is done by Authorized().
   s.Get(R"(/v1/sandboxes/([^/]+)/execd/ping)",
         [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
+  if (options_.execd != nullptr) options_.execd->RegisterRoutes(s);
 }
 
 absl::StatusOr<int> HttpApi::Start(const std::string& address, int port) {
@@ -218,6 +264,9 @@ absl::StatusOr<int> HttpApi::Start(const std::string& address, int port) {
 
 void HttpApi::Stop() {
   if (!thread_.joinable()) return;
+  // Streams of running commands would otherwise hold their threads, and stop(), until the
+  // commands end.
+  if (options_.execd != nullptr) options_.execd->StopStreams();
   server_->stop();
   thread_.join();
 }

@@ -23,10 +23,14 @@ struct Response;
 
 namespace moat::agent {
 
+class ExecdApi;
+
 struct HttpApiOptions {
   std::string node_token;                // Required, at least 16 bytes.
-  uint64_t max_request_bytes = 1 << 20;  // Larger bodies get 413.
+  uint64_t max_request_bytes = 1 << 20;  // Larger bodies get 413 (uploads: see ExecdOptions).
   std::optional<TlsConfig> tls;          // Serve HTTPS with this certificate and key.
+  // The per-sandbox API beyond /ping (execd_api.h); must outlive the server. Null: only /ping.
+  ExecdApi* execd = nullptr;
 };
 
 class HttpApi {
@@ -46,10 +50,13 @@ class HttpApi {
   HttpApi(SandboxService* service, HttpApiOptions options, std::unique_ptr<httplib::Server> server);
   void Routes();
   bool Authorized(const httplib::Request& req, httplib::Response& res) const;
+  // 413 (411 for chunked bodies) before the body is read: uploads may be larger than the rest.
+  bool WithinBodyLimit(const httplib::Request& req, httplib::Response& res) const;
 
   SandboxService* service_;
   HttpApiOptions options_;
   std::unique_ptr<httplib::Server> server_;
+  uint64_t server_payload_limit_ = 0;  // httplib's own cap: the larger of the two limits.
   std::thread thread_;
 };
 

@@ -1,0 +1,99 @@
+// Helpers shared by execd_api.cc (commands) and execd_api_files.cc (files); not an interface.
+#pragma once
+
+#include <httplib.h>
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+#include "node-agent/api_json.h"
+#include "node-agent/registry.h"
+#include "node-agent/workspace_path.h"
+
+namespace moat::agent::execd_internal {
+
+inline constexpr char kJson[] = "application/json";
+// Routes are "/v1/sandboxes/{id}/execd" + this suffix; match 1 is the sandbox id.
+inline std::string Route(absl::string_view suffix) {
+  return absl::StrCat(R"(/v1/sandboxes/([^/]+)/execd)", suffix);
+}
+
+inline void SendError(httplib::Response& res, int http_status, absl::string_view message,
+                      absl::string_view code = {}) {
+  res.status = http_status;
+  res.set_content(ErrorBody(code.empty() ? ErrorCodeFor(http_status) : code, message), kJson);
+}
+
+inline void SendStatus(httplib::Response& res, const absl::Status& status) {
+  SendError(res, HttpStatusFor(status), status.message());
+}
+
+inline void SendJson(httplib::Response& res, const nlohmann::json& body) {
+  res.status = 200;
+  res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), kJson);
+}
+
+// The sandbox of the request, if it can take commands and file operations now. HttpApi has
+// checked its token, so it exists unless it was deleted since.
+inline absl::StatusOr<SandboxRecord> UsableSandbox(const Registry& registry,
+                                                   const httplib::Request& req) {
+  absl::StatusOr<SandboxRecord> record = registry.Get(req.matches[1].str());
+  if (!record.ok()) return record.status();
+  if (record->state != SandboxState::kReady && record->state != SandboxState::kRunning) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sandbox ", record->id, " is ", StateName(record->state), "; it takes no requests now"));
+  }
+  return record;
+}
+
+// A caller's path as the sandbox path "/workspace/..." (what the backend gets), or
+// InvalidArgument if it could lead outside /workspace.
+inline absl::StatusOr<std::string> SandboxPath(absl::string_view path) {
+  if (path.find('\0') != absl::string_view::npos) {
+    return absl::InvalidArgumentError("file path contains a NUL byte; remove it");
+  }
+  absl::StatusOr<std::string> rel = WorkspaceRelativePath(path);
+  if (!rel.ok()) return rel.status();
+  return rel->empty() ? std::string("/workspace") : absl::StrCat("/workspace/", *rel);
+}
+
+// JSON bodies: parsed without exceptions, nesting bounded (checked before parsing, on the raw
+// text, so no deep recursion ever happens on a client's document).
+inline absl::StatusOr<nlohmann::json> ParseBody(absl::string_view body) {
+  constexpr int kMaxDepth = 16;
+  int depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxDepth) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the body nests deeper than ", kMaxDepth, " levels; flatten it"));
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  nlohmann::json doc =
+      nlohmann::json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    return absl::InvalidArgumentError("the body is not valid JSON; see the execd API schema");
+  }
+  return doc;
+}
+
+}  // namespace moat::agent::execd_internal
