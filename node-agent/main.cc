@@ -10,8 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "node-agent/clock.h"
 #include "node-agent/config.h"
+#include "node-agent/execd_api.h"
 #include "node-agent/fake_backend.h"
 #include "node-agent/http_api.h"
+#include "node-agent/kernel_backend.h"
 #include "node-agent/log.h"
 #include "node-agent/metrics.h"
 #include "node-agent/registry.h"
@@ -25,7 +27,7 @@ constexpr char kUsage[] =
     "usage: moat-agent --config FILE [--fake-backend]\n"
     "  --config FILE    the agent's YAML configuration (see node-agent/config.h)\n"
     "  --fake-backend   serve the API with an in-memory backend that runs nothing (for API\n"
-    "                   development; the kernel backend is not wired in yet)\n";
+    "                   development and tests of clients)\n";
 
 int Run(int argc, char** argv) {
   // Block the stop signals in every thread (threads made later, the HTTP pool's and
@@ -68,14 +70,20 @@ int Run(int argc, char** argv) {
     LogError(token.status().message());
     return 1;
   }
-  if (!fake_backend) {
-    LogError(
-        "the kernel sandbox backend is not part of this build yet; start with --fake-backend to "
-        "serve the API without running anything");
-    return 1;
+  std::unique_ptr<SandboxBackend> backend;
+  if (fake_backend) {
+    LogWarning("using the in-memory fake backend: sandboxes are bookkeeping only");
+    backend = std::make_unique<FakeBackend>();
+  } else {
+    KernelBackendOptions options;
+    options.state_dir = config->state_dir;
+    absl::StatusOr<std::unique_ptr<KernelBackend>> kernel = KernelBackend::Create(options);
+    if (!kernel.ok()) {
+      LogError(absl::StrCat("cannot make sandboxes on this node: ", kernel.status().message()));
+      return 1;
+    }
+    backend = *std::move(kernel);
   }
-  LogWarning("using the in-memory fake backend: sandboxes are bookkeeping only");
-  std::unique_ptr<SandboxBackend> backend = std::make_unique<FakeBackend>();
 
   RealClock clock;
   Registry registry(&clock);
@@ -89,8 +97,11 @@ int Run(int argc, char** argv) {
   }
   // After the leftovers are gone, so a warm sandbox is never mistaken for one of them.
   service.StartPool();
-  absl::StatusOr<std::unique_ptr<HttpApi>> api =
-      HttpApi::Create(&service, HttpApiOptions{*token, config->max_request_bytes, config->tls});
+  // Before the server, which calls it: it must outlive the server.
+  ExecdApi execd(backend.get(), &registry, &metrics, &clock, ExecdOptions{});
+  HttpApiOptions api_options{*token, config->max_request_bytes, config->tls};
+  api_options.execd = &execd;
+  absl::StatusOr<std::unique_ptr<HttpApi>> api = HttpApi::Create(&service, api_options);
   if (!api.ok()) {
     LogError(api.status().message());
     return 1;
@@ -111,9 +122,11 @@ int Run(int argc, char** argv) {
     }
     service.DeleteExpired();
   }
-  (*api)->Stop();  // Finishes requests in flight; sandboxes stay for the next agent to adopt
-                   // or clean (restart safety), so a restart does not kill users' work.
-  // Warm sandboxes are nobody's work: destroyed now, while the backend is still here.
+  execd.StopStreams();
+  (*api)->Stop();  // Finishes requests in flight.
+  // Warm sandboxes first, while the backend is still here. The kernel backend then destroys
+  // the rest when it goes: a sandbox's init exits with the agent anyway (its socket closes), so
+  // a stop or restart ends every sandbox of the node; the controller reschedules.
   service.StopPool();
   LogInfo("stopped");
   return 0;
