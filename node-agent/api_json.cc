@@ -283,4 +283,10 @@ absl::string_view ErrorCodeFor(int http_status) {
   }
 }
 
+nlohmann::json EventJson(const AgentEvent& event) {
+  return {{"seq", event.seq},   {"time", FormatApiTime(event.time)},
+          {"type", event.type}, {"sandbox_id", event.sandbox_id},
+          {"kind", event.kind}, {"detail", event.detail}};
+}
+
 }  // namespace moat::agent

@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
 #include "node-agent/backend.h"
+#include "node-agent/event_log.h"
 #include "node-agent/registry.h"
 #include "node-agent/service.h"
 
@@ -27,6 +28,7 @@ absl::StatusOr<absl::Time> ParseRenewRequest(absl::string_view body, absl::Time 
 // A sandbox as the API shows it. The token is included only in the create response.
 nlohmann::json SandboxJson(const SandboxRecord& record, bool with_token);
 nlohmann::json CleanupJson(const CleanupReport& report);
+nlohmann::json EventJson(const AgentEvent& event);
 std::string FormatApiTime(absl::Time t);  // RFC 3339, UTC.
 
 // {"error": {"code": "INVALID_REQUEST", "message": "..."}}

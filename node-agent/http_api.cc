@@ -193,6 +193,22 @@ void HttpApi::Routes() {
     if (!health.ok()) return SendError(res, 503, health.message());
     SendJson(res, 200, {{"status", "ok"}});
   });
+  // Recent events (violations, compromised sandboxes, limits), oldest first; ?after=SEQ gives
+  // those after the last one a reader saw, ?limit=N at most N (default and maximum 1000).
+  s.Get("/v1/events", [this](const httplib::Request& req, httplib::Response& res) {
+    uint64_t after = 0, limit = 1000;
+    if (req.has_param("after") && !absl::SimpleAtoi(req.get_param_value("after"), &after)) {
+      return SendError(res, 400, "query parameter \"after\" must be a non-negative integer");
+    }
+    if (req.has_param("limit") &&
+        (!absl::SimpleAtoi(req.get_param_value("limit"), &limit) || limit == 0 || limit > 1000)) {
+      return SendError(res, 400, "query parameter \"limit\" must be between 1 and 1000");
+    }
+    nlohmann::json events = nlohmann::json::array();
+    for (const AgentEvent& e : service_->events().Since(after, limit))
+      events.push_back(EventJson(e));
+    SendJson(res, 200, {{"events", events}});
+  });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(service_->MetricsText(), "text/plain; version=0.0.4");
   });

@@ -360,5 +360,38 @@ TEST_F(HttpApiTest, MetricsReflectState) {
   EXPECT_THAT(text, ::testing::Not(HasSubstr(first)));  // Never a sandbox id in a label.
 }
 
+TEST_F(HttpApiTest, ProbeReportsBecomeEventsAndACompromisedSandboxIsRecycled) {
+  std::string id = Create()["id"];
+  service_.ReportViolation(id, "syscall", "mount");
+  service_.ReportLimit(id, "near_limit", "memory", "92% of 256 MiB");
+  service_.ReportHeartbeatMissed(id);
+  service_.ReportCompromised(id, "3 heartbeats missed");
+  EXPECT_FALSE(backend_.Exists(id));  // killed at once, not after the recycle queue
+  EXPECT_EQ(Call("GET", "/v1/sandboxes/" + id).first, 404);
+
+  auto [status, text] = Call("GET", "/v1/events");
+  ASSERT_EQ(status, 200) << text;
+  json events = json::parse(text)["events"];
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0]["type"], "violation");
+  EXPECT_EQ(events[0]["kind"], "syscall");
+  EXPECT_EQ(events[0]["sandbox_id"], id);
+  EXPECT_EQ(events[1]["type"], "near_limit");
+  EXPECT_EQ(events[2]["type"], "compromised");
+  EXPECT_EQ(events[2]["detail"], "3 heartbeats missed");
+  const int last = events[1]["seq"];
+  json after = json::parse(Call("GET", "/v1/events?after=" + std::to_string(last)).second);
+  ASSERT_EQ(after["events"].size(), 1u);
+  EXPECT_EQ(after["events"][0]["type"], "compromised");
+  ExpectError(Call("GET", "/v1/events?after=-1"), 400, "INVALID_REQUEST");
+  ExpectError(Call("GET", "/v1/events?limit=0"), 400, "INVALID_REQUEST");
+  EXPECT_EQ(Call("GET", "/v1/events", "", {}).first, 401);
+
+  text = Call("GET", "/metrics").second;
+  EXPECT_THAT(text, HasSubstr("moat_violations_total{kind=\"syscall\"} 1"));
+  EXPECT_THAT(text, HasSubstr("moat_compromised_sandboxes_total 1"));
+  EXPECT_THAT(text, HasSubstr("moat_heartbeat_misses_total 1"));
+}
+
 }  // namespace
 }  // namespace moat::agent

@@ -159,7 +159,38 @@ absl::StatusOr<CleanupReport> SandboxService::Recycle(const std::string& id) {
   }
   registry_->Remove(id).IgnoreError();
   LogInfo(absl::StrCat("recycled sandbox ", id, ": ", report->ToString()));
+  if (on_recycled_) on_recycled_(id);
   return report;
+}
+
+void SandboxService::ReportViolation(absl::string_view id, absl::string_view kind,
+                                     absl::string_view detail) {
+  metrics_->AddViolation(kind);
+  events_.Add(clock_->Now(), "violation", id, kind, detail);
+  LogWarning(absl::StrCat("sandbox ", id, ": violation (", kind, "): ", detail));
+}
+
+void SandboxService::ReportLimit(absl::string_view id, absl::string_view type,
+                                 absl::string_view resource, absl::string_view detail) {
+  if (type == "killed") metrics_->AddViolation(resource);
+  events_.Add(clock_->Now(), type, id, resource, detail);
+  LogWarning(absl::StrCat("sandbox ", id, ": ", type, " (", resource, "): ", detail));
+}
+
+void SandboxService::ReportHeartbeatMissed(absl::string_view id) {
+  metrics_->AddHeartbeatMiss();
+  LogWarning(absl::StrCat("sandbox ", id, ": its probe missed a heartbeat"));
+}
+
+void SandboxService::ReportCompromised(absl::string_view id, absl::string_view reason) {
+  metrics_->AddCompromised();
+  events_.Add(clock_->Now(), "compromised", id, "probe", reason);
+  LogError(
+      absl::StrCat("sandbox ", id, " is compromised (", reason, "): killing and recycling it"));
+  // Now, not through the rate-limited queue. A user's sandbox then leaves the registry; a warm
+  // one is not in it, and the pool drops it once the backend no longer knows it (Take probes).
+  registry_->SetState(id, SandboxState::kRecycling).IgnoreError();
+  Recycle(std::string(id)).IgnoreError();
 }
 
 absl::StatusOr<absl::Time> SandboxService::Renew(absl::string_view id, absl::Time expires_at) {

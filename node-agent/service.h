@@ -3,6 +3,7 @@
 // work) and the metrics together; the HTTP layer only translates.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 #include "node-agent/backend.h"
 #include "node-agent/clock.h"
 #include "node-agent/config.h"
+#include "node-agent/event_log.h"
 #include "node-agent/metrics.h"
 #include "node-agent/recycle_queue.h"
 #include "node-agent/registry.h"
@@ -63,6 +65,21 @@ class SandboxService {
   void StartPool() { pool_.Start(); }
   void StopPool() { pool_.Shutdown(); }
   WarmPool& pool() { return pool_; }  // For tests: WaitIdle, Stats.
+  // What a sandbox's probe saw (probe_monitor.h), reported as an event, a log line and a
+  // metric. A violation (kind "syscall", "mount", ...) leaves the sandbox running: the kernel
+  // already refused the act. A compromised sandbox (its probe stopped answering) is killed and
+  // recycled at once, whoever holds it.
+  void ReportViolation(absl::string_view id, absl::string_view kind, absl::string_view detail);
+  void ReportLimit(absl::string_view id, absl::string_view type, absl::string_view resource,
+                   absl::string_view detail);  // type: "near_limit" or "killed"
+  void ReportHeartbeatMissed(absl::string_view id);
+  void ReportCompromised(absl::string_view id, absl::string_view reason);
+  const EventLog& events() const { return events_; }
+  // Called after a sandbox is recycled (expired, deleted or compromised), e.g. to forget its
+  // commands. Set before the server starts.
+  void SetOnRecycled(std::function<void(const std::string&)> on_recycled) {
+    on_recycled_ = std::move(on_recycled);
+  }
   bool TokenMatches(absl::string_view id, absl::string_view token) const;
   absl::Status Health();
   std::string MetricsText();  // Refreshes the gauges, then serializes.
@@ -83,6 +100,8 @@ class SandboxService {
   Registry* registry_;
   AgentMetrics* metrics_;
   const Clock* clock_;
+  EventLog events_;
+  std::function<void(const std::string&)> on_recycled_;
   // Last: destroyed first, so their threads stop before the members their callbacks use. The
   // pool gives its surplus and dead sandboxes to the recycle queue, so it goes first.
   RecycleQueue recycle_queue_;
