@@ -143,6 +143,9 @@ void HttpApi::Routes() {
         server_payload_limit_, options_.execd->options().max_upload_bytes + kUploadFramingBytes);
   }
   s.set_payload_max_length(server_payload_limit_);
+  // Small writes (SSE events, short JSON answers) go out at once: with Nagle's algorithm a
+  // response's second segment waits for the client's delayed ACK, 40 ms on Linux.
+  s.set_tcp_nodelay(true);
   if (options_.execd != nullptr) {
     s.new_task_queue = [n = options_.execd->options().http_threads] {
       return new httplib::ThreadPool(n);

@@ -273,9 +273,8 @@ absl::StatusOr<FileInfo> WorkspaceFiles::StatAt(int dirfd, const std::string& na
 absl::StatusOr<FileInfo> WorkspaceFiles::Stat(absl::string_view path) {
   ASSIGN_OR_RETURN(std::string rel, WorkspaceRelativePath(path));
   if (rel.empty()) return StatAt(root_, "", rel);
-  auto [parent_rel, name] = SplitParent(rel);
-  ASSIGN_OR_RETURN(UniqueFd parent, Open(parent_rel, O_PATH | O_DIRECTORY));
-  return StatAt(parent.get(), name, rel);
+  ASSIGN_OR_RETURN(UniqueFd target, Open(rel, O_PATH));  // follows links, inside only
+  return StatAt(target.get(), "", rel);
 }
 
 absl::StatusOr<std::vector<FileInfo>> WorkspaceFiles::List(absl::string_view path) {

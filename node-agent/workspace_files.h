@@ -12,10 +12,11 @@
 // NUL, the workspace root where an entry is needed), FailedPrecondition (a directory where a
 // file is needed or the reverse), ResourceExhausted (the workspace is full).
 //
-// Symlinks: Stat and List report a symlink itself (lstat), as a non-directory with the link's
-// own size (its target's length) and mode; List includes them, so a listing shows everything
-// that Remove would have to remove. ReadFile, WriteFile's parents and List's directory follow
-// symlinks, inside the workspace only.
+// Symlinks: List reports a symlink itself (lstat), as a non-directory with the link's own size
+// (its target's length) and mode, so a listing shows everything that Remove would have to
+// remove. Stat, ReadFile, WriteFile's parents and List's directory follow symlinks, inside the
+// workspace only: Stat describes what ReadFile would read (a download's Content-Length comes
+// from it), and a link that leads nowhere inside is NotFound.
 //
 // Thread-safe: no state beyond the constructor's arguments.
 #pragma once

@@ -182,15 +182,19 @@ TEST_F(WorkspaceFilesTest, WriteThroughSymlinkedParentStaysInside) {
   EXPECT_FALSE(fs::exists(base_ + "/host/sub"));
 }
 
-TEST_F(WorkspaceFilesTest, StatAndListReportSymlinksThemselves) {
+TEST_F(WorkspaceFilesTest, ListReportsSymlinksThemselvesAndStatFollowsThemInside) {
   fs::create_symlink("/etc", ws_ + "/link");
   Put(ws_ + "/b", "bb");
   Put(ws_ + "/a", "a");
   fs::create_directory(ws_ + "/c");
-  auto link = files_->Stat("link");
-  ASSERT_TRUE(link.ok()) << link.status();
-  EXPECT_FALSE(link->is_dir);
-  EXPECT_EQ(link->size, 4u);  // strlen("/etc"): the link, not its target
+  // Stat follows, inside the workspace: "/etc" there does not exist (the host's is not seen).
+  EXPECT_TRUE(absl::IsNotFound(files_->Stat("link").status()));
+  fs::create_symlink("b", ws_ + "/to-b");
+  auto to_b = files_->Stat("to-b");
+  ASSERT_TRUE(to_b.ok()) << to_b.status();
+  EXPECT_EQ(to_b->size, 2u);  // the target's, as ReadFile would read
+  EXPECT_EQ(to_b->path, "/workspace/to-b");
+  fs::remove(ws_ + "/to-b");
   auto list = files_->List("/workspace");
   ASSERT_TRUE(list.ok()) << list.status();
   std::vector<std::string> paths;

@@ -458,10 +458,12 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
   for (const auto& [host_file, inside] : options.file_overlays) {
     // The sandbox sees the host's file at `inside`; a symlink there (systemd-resolved's
     // resolv.conf) would point into /run, which the sandbox never sees.
+    // With a profile's root, the file is the one in that tree.
+    const std::string seen = options.root_dir == "/" ? inside : options.root_dir + inside;
     struct stat st;
-    if (::lstat(inside.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (::lstat(seen.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "\"", inside, "\" is not a regular file on this host (a symlink?); moat binds \"",
+          "\"", seen, "\" is not a regular file on this host (a symlink?); moat binds \"",
           host_file, "\" over it inside the sandbox. Make it a regular file"));
     }
     // Not idmapped: the file stays owned by the host's root, and read-only.

@@ -1,0 +1,100 @@
+// The agent's end-to-end harness: runs the real `moat-agent` binary as a separate process with a
+// config the test writes, talks to it over HTTP on loopback, and gives the tests what they need
+// to check the host afterwards (processes, cgroups, mounts, the agent's descriptors and memory).
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace httplib {
+class Client;
+}
+
+namespace moat::e2e {
+
+// The moat-agent binary ($MOAT_AGENT_BIN, else the one this suite was built with).
+const std::string& AgentBinary();
+
+struct AgentSetup {
+  int pool_floor = 0;
+  int pool_ceiling = 4;
+  std::string heartbeat = "5s";  // heartbeat.interval
+  std::string limits = "{cpus: 1, memory: 256MiB, pids: 128, workspace: 64MiB}";
+};
+
+// What one command printed, through the SSE stream of POST .../execd/command.
+struct CommandRun {
+  int http_status = 0;
+  std::string stdout_text, stderr_text;
+  std::vector<nlohmann::json> events;
+  bool completed = false;  // an execution_complete event came
+  std::string error;       // an error event's text, if any
+};
+
+// One agent process and its state directory (under /var/tmp, removed at the end).
+class AgentProcess {
+ public:
+  // Writes the config and token and starts the agent. `state_dir`: reuse one (a restart after a
+  // crash); empty: a new one.
+  static absl::StatusOr<std::unique_ptr<AgentProcess>> Start(const AgentSetup& setup,
+                                                             const std::string& state_dir = "");
+  ~AgentProcess();  // SIGTERM, wait; removes the directory unless kept (KeepDirectory)
+
+  pid_t pid() const { return pid_; }
+  int port() const { return port_; }
+  const std::string& state_dir() const { return state_dir_; }
+  const std::string& dir() const { return dir_; }
+  std::string Log() const;  // what the agent wrote to stderr so far
+  void KeepDirectory() { keep_dir_ = true; }
+
+  // Kills the agent with `signal` and reaps it (its log stays readable).
+  void Kill(int signal);
+  // SIGTERM and wait; returns the exit status.
+  int Stop();
+
+  // The node API with the node token. Returns (status, parsed body or null).
+  std::pair<int, nlohmann::json> Node(const std::string& method, const std::string& path,
+                                      const std::string& body = "");
+  std::string Metrics();
+  // Creates a sandbox; returns {id, token} or an error.
+  absl::StatusOr<std::pair<std::string, std::string>> CreateSandbox(
+      const std::string& body = R"({"profile": "default", "ttl_seconds": 600})");
+  // Runs a command through the per-sandbox API on `client` (one per thread; nullptr: a new one).
+  CommandRun Run(const std::string& id, const std::string& token, const std::string& command,
+                 httplib::Client* client = nullptr, const std::string& extra_json = "");
+  std::unique_ptr<httplib::Client> NewClient() const;
+
+ private:
+  AgentProcess() = default;
+
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string dir_, state_dir_, node_token_, log_path_;
+  bool keep_dir_ = false;
+};
+
+// What a test checks on the host after sandboxes are gone.
+struct HostSnapshot {
+  int mounts = 0;                         // lines of /proc/self/mountinfo
+  std::vector<std::string> moat_cgroups;  // sandbox cgroups under every hierarchy's moat/
+};
+HostSnapshot SnapshotHost();
+// Sandbox cgroups ("<pid>-sb-...") of the agent `agent_pid`, in every hierarchy.
+std::vector<std::string> AgentCgroups(pid_t agent_pid);
+// Pids of host processes whose command line contains `marker`.
+std::vector<pid_t> ProcessesWith(const std::string& marker);
+// Descriptors the process holds, and its resident memory in KiB.
+int OpenFds(pid_t pid);
+long RssKib(pid_t pid);
+// Pids of the moat-probe processes of sandbox `id`.
+std::vector<pid_t> ProbesOf(const std::string& id);
+
+}  // namespace moat::e2e

@@ -1,0 +1,292 @@
+// moat-agent end to end: the real daemon, real sandboxes, real HTTP on loopback; the host is
+// checked after each scenario.
+#include <httplib.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "e2e/agent/agent_harness.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moat::e2e {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+class AgentE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "the agent makes real sandboxes: run as root";
+    if (::access(AgentBinary().c_str(), X_OK) != 0) {
+      FAIL() << "no moat-agent at " << AgentBinary();
+    }
+  }
+
+  std::unique_ptr<AgentProcess> StartAgent(const AgentSetup& setup = {},
+                                           const std::string& state_dir = "") {
+    absl::StatusOr<std::unique_ptr<AgentProcess>> agent = AgentProcess::Start(setup, state_dir);
+    EXPECT_TRUE(agent.ok()) << agent.status();
+    return agent.ok() ? *std::move(agent) : nullptr;
+  }
+};
+
+TEST_F(AgentE2eTest, RunsCommandsAndKeepsFilesBetweenThem) {
+  std::unique_ptr<AgentProcess> agent = StartAgent();
+  ASSERT_NE(agent, nullptr);
+  auto sandbox = agent->CreateSandbox();
+  ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+  const auto& [id, token] = *sandbox;
+  CommandRun write = agent->Run(id, token, "echo kept > f.txt; id -u; hostname; echo oops >&2");
+  EXPECT_EQ(write.http_status, 200);
+  EXPECT_TRUE(write.completed) << write.error;
+  EXPECT_EQ(write.stdout_text, "0\nmoat\n");
+  EXPECT_EQ(write.stderr_text, "oops\n");
+  CommandRun read = agent->Run(id, token, "cat /workspace/f.txt");
+  EXPECT_EQ(read.stdout_text, "kept\n");
+  // The host is not visible: no host process, no host file written.
+  const std::string marker = absl::StrCat("/etc/moat-agent-e2e-", ::getpid());
+  CommandRun escape = agent->Run(id, token, absl::StrCat("ps ax | wc -l; touch ", marker));
+  EXPECT_FALSE(std::filesystem::exists(marker));
+  int processes = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(escape.stdout_text.substr(0, escape.stdout_text.find('\n')),
+                               &processes))
+      << escape.stdout_text;
+  EXPECT_LE(processes, 5);  // header, init, sh, ps, wc
+  // A failing command is an error event with its exit code, not a broken stream.
+  CommandRun fails = agent->Run(id, token, "exit 3");
+  EXPECT_EQ(fails.http_status, 200);
+  EXPECT_THAT(fails.error, HasSubstr("3"));
+
+  auto [status, deleted] = agent->Node("DELETE", "/v1/sandboxes/" + id);
+  EXPECT_EQ(status, 200) << deleted.dump();
+  EXPECT_TRUE(deleted["cleanup"]["residue"].empty()) << deleted.dump();
+  EXPECT_EQ(deleted["cleanup"]["cgroups_removed"], 1);
+  for (const std::string& cgroup : AgentCgroups(agent->pid())) {
+    EXPECT_FALSE(absl::EndsWith(cgroup, id)) << cgroup;  // (the pool's own may exist)
+  }
+}
+
+TEST_F(AgentE2eTest, BadRequestsGetClearErrors) {
+  std::unique_ptr<AgentProcess> agent = StartAgent();
+  ASSERT_NE(agent, nullptr);
+  auto sandbox = agent->CreateSandbox();
+  ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+  const auto& [id, token] = *sandbox;
+  // A new connection per request: an error answer may close the one before.
+  std::unique_ptr<httplib::Client> client;
+  auto fresh = [&] {
+    client = agent->NewClient();
+    return client.get();
+  };
+  fresh();
+  const std::string base = absl::StrCat("/v1/sandboxes/", id, "/execd");
+  httplib::Headers auth = {{"X-EXECD-ACCESS-TOKEN", token}};
+  // Wrong token, another sandbox's token, the node token path with a sandbox token.
+  auto r = fresh()->Post(base + "/command", {{"X-EXECD-ACCESS-TOKEN", "wrong"}},
+                        R"({"command": "true"})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  r = fresh()->Get("/v1/sandboxes", auth);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  // Malformed JSON and wrong types.
+  r = fresh()->Post(base + "/command", auth, "{not json", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_THAT(r->body, HasSubstr("error"));
+  r = fresh()->Post(base + "/command", auth, R"({"command": 42})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  // Path traversal in file names.
+  for (const char* path : {"../../etc/passwd", "/etc/passwd", "/workspace/../etc/shadow"}) {
+    r = fresh()->Get(absl::StrCat(base, "/files/download?path=", path), auth);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << path << ": " << r->body;
+  }
+  // A symlink made inside to a host file does not lead out.
+  agent->Run(id, token, "ln -s /etc/shadow leak");
+  r = fresh()->Get(base + "/files/download?path=leak", auth);
+  ASSERT_TRUE(r);
+  EXPECT_THAT(r->body, ::testing::Not(HasSubstr("root:")));
+  // A huge body is refused before it is read whole.
+  auto [status, body] =
+      agent->Node("POST", "/v1/sandboxes", std::string(8 << 20, '{'));
+  EXPECT_EQ(status, 413);
+  // The agent is still fine.
+  EXPECT_EQ(agent->Run(id, token, "echo alive").stdout_text, "alive\n");
+}
+
+// kill -9 of the agent while commands run, then a restart on the same state directory: no
+// process, cgroup, mount or record of the old sandboxes may be left.
+TEST_F(AgentE2eTest, KilledAgentLeavesNothingAfterRestart) {
+  const HostSnapshot before = SnapshotHost();
+  const std::string marker = absl::StrCat("7", ::getpid(), "13");  // sleep 1000.<marker>
+  std::unique_ptr<AgentProcess> agent = StartAgent({.pool_floor = 1});
+  ASSERT_NE(agent, nullptr);
+  std::vector<std::pair<std::string, std::string>> sandboxes;
+  for (int i = 0; i < 3; ++i) {
+    auto sandbox = agent->CreateSandbox();
+    ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+    sandboxes.push_back(*sandbox);
+    CommandRun bg = agent->Run(sandbox->first, sandbox->second,
+                               absl::StrCat("sleep 1000.", marker, " & sleep 1000.", marker,
+                                            "; echo never"),
+                               nullptr, R"({"background": true})");
+    EXPECT_EQ(bg.http_status, 200);
+    agent->Run(sandbox->first, sandbox->second, "echo data > /workspace/keep.txt");
+  }
+  // Six sleeps and their three shells carry the marker.
+  for (int i = 0; i < 100 && ProcessesWith(marker).size() < 9; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(ProcessesWith(marker).size(), 9u) << "the background commands did not start";
+  const pid_t old_pid = agent->pid();
+  ASSERT_FALSE(AgentCgroups(old_pid).empty());
+  const std::string state_dir = agent->state_dir();
+  agent->KeepDirectory();
+  agent->Kill(SIGKILL);
+
+  // Every sandbox dies with the agent (init exits when the agent's socket closes).
+  for (int i = 0; i < 250 && !ProcessesWith(marker).empty(); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_THAT(ProcessesWith(marker), IsEmpty());
+
+  std::unique_ptr<AgentProcess> restarted = StartAgent({}, state_dir);
+  ASSERT_NE(restarted, nullptr);
+  EXPECT_THAT(restarted->Log(), HasSubstr("cleaned what a previous agent left"));
+  // The old agent's cgroups and records are gone, and the host's mount table is as it was.
+  EXPECT_THAT(AgentCgroups(old_pid), IsEmpty());
+  EXPECT_TRUE(std::filesystem::is_empty(state_dir + "/sandboxes"));
+  EXPECT_EQ(SnapshotHost().mounts, before.mounts);
+  EXPECT_THAT(ProcessesWith(marker), IsEmpty());
+  // Its sandboxes are unknown to the new agent.
+  EXPECT_EQ(restarted->Node("GET", "/v1/sandboxes/" + sandboxes[0].first).first, 404);
+  restarted.reset();
+  std::filesystem::remove_all(std::filesystem::path(state_dir).parent_path());
+}
+
+// Many concurrent commands for a while: no failures, and no growth in the agent's descriptors
+// or memory, in host mounts or in cgroups. MOAT_AGENT_LOAD_SECONDS sets the duration (60 s).
+TEST_F(AgentE2eTest, LoadWithoutLeaks) {
+  int seconds = 60;
+  if (const char* env = std::getenv("MOAT_AGENT_LOAD_SECONDS")) absl::SimpleAtoi(env, &seconds);
+  std::unique_ptr<AgentProcess> agent = StartAgent({.pool_floor = 2, .pool_ceiling = 4});
+  ASSERT_NE(agent, nullptr);
+  constexpr int kClients = 4;
+  std::vector<std::pair<std::string, std::string>> sandboxes;
+  for (int i = 0; i < kClients; ++i) {
+    auto sandbox = agent->CreateSandbox();
+    ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+    sandboxes.push_back(*sandbox);
+  }
+  std::atomic<int> ok{0}, failed{0}, churned{0};
+  std::string first_failure;
+  std::mutex failure_mu;
+  auto run_for = [&](absl::Duration duration) {
+    std::vector<std::thread> threads;
+    const absl::Time end = absl::Now() + duration;
+    for (int c = 0; c < kClients; ++c) {
+      threads.emplace_back([&, c] {
+        auto client = agent->NewClient();
+        int n = 0;
+        while (absl::Now() < end) {
+          const auto& [id, token] = sandboxes[c];
+          const std::string want = absl::StrCat(c, "-", n++);
+          // Mixed work: output, files, a failing command, a short pipeline.
+          CommandRun run = agent->Run(
+              id, token, absl::StrCat("echo ", want, " > f; cat f; ls / | head -3 >/dev/null"),
+              client.get());
+          if (run.completed && run.stdout_text == want + "\n") {
+            ++ok;
+          } else {
+            if (++failed == 1) {
+              std::lock_guard<std::mutex> l(failure_mu);
+              first_failure = absl::StrCat("status ", run.http_status, " out \"",
+                                           run.stdout_text, "\" error ", run.error);
+            }
+          }
+        }
+      });
+    }
+    // Meanwhile, sandboxes are made and deleted (the pool refills).
+    threads.emplace_back([&] {
+      while (absl::Now() < end) {
+        auto extra = agent->CreateSandbox();
+        if (extra.ok()) {
+          agent->Run(extra->first, extra->second, "true");
+          if (agent->Node("DELETE", "/v1/sandboxes/" + extra->first).first == 200) ++churned;
+        }
+        absl::SleepFor(absl::Milliseconds(100));
+      }
+    });
+    for (std::thread& t : threads) t.join();
+  };
+  // Warm up (allocator arenas, thread pools), then measure over the rest.
+  run_for(absl::Seconds(std::max(2, seconds / 10)));
+  const int fds_before = OpenFds(agent->pid());
+  const long rss_before = RssKib(agent->pid());
+  const HostSnapshot host_before = SnapshotHost();
+  run_for(absl::Seconds(seconds));
+  absl::SleepFor(absl::Milliseconds(500));  // the pool settles back to its target
+  const HostSnapshot host_after = SnapshotHost();
+  EXPECT_EQ(failed.load(), 0) << first_failure;
+  EXPECT_GT(ok.load(), 100);
+  EXPECT_GT(churned.load(), 5);
+  EXPECT_LE(OpenFds(agent->pid()), fds_before + 4);
+  EXPECT_LE(host_after.mounts, host_before.mounts);
+  EXPECT_LE(host_after.moat_cgroups.size(), host_before.moat_cgroups.size() + 2);
+  EXPECT_LE(RssKib(agent->pid()), rss_before + 16 * 1024) << "KiB before: " << rss_before;
+  std::printf("load: %d commands ok in %d s with %d clients (%.0f/s), %d sandboxes churned\n",
+              ok.load(), seconds, kClients, ok.load() / static_cast<double>(seconds),
+              churned.load());
+}
+
+// A probe that stops answering (SIGSTOP) makes its sandbox compromised after three missed
+// heartbeats: killed, recycled, reported as an event, a log line and a metric.
+TEST_F(AgentE2eTest, StoppedProbeMeansCompromised) {
+  std::unique_ptr<AgentProcess> agent = StartAgent({.heartbeat = "200ms"});
+  ASSERT_NE(agent, nullptr);
+  auto sandbox = agent->CreateSandbox();
+  ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+  const auto& [id, token] = *sandbox;
+  std::vector<pid_t> probes = ProbesOf(id);
+  ASSERT_EQ(probes.size(), 1u) << "no moat-probe process for " << id;
+  // The probe is outside the sandbox: the sandbox cannot see it.
+  CommandRun look = agent->Run(id, token, "ps ax");
+  EXPECT_THAT(look.stdout_text, ::testing::Not(HasSubstr("moat-probe")));
+  const absl::Time stopped = absl::Now();
+  ASSERT_EQ(::kill(probes[0], SIGSTOP), 0);
+  int status = 200;
+  for (int i = 0; i < 100 && status == 200; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    status = agent->Node("GET", "/v1/sandboxes/" + id).first;
+  }
+  const absl::Duration took = absl::Now() - stopped;
+  EXPECT_EQ(status, 404) << "the sandbox was not recycled";
+  EXPECT_GE(took, absl::Milliseconds(400));  // not before the misses
+  EXPECT_LE(took, absl::Seconds(3));
+  auto [code, events] = agent->Node("GET", "/v1/events");
+  ASSERT_EQ(code, 200);
+  bool compromised = false;
+  for (const auto& e : events["events"]) {
+    compromised |= e["type"] == "compromised" && e["sandbox_id"] == id;
+  }
+  EXPECT_TRUE(compromised) << events.dump();
+  EXPECT_THAT(agent->Log(), HasSubstr(absl::StrCat("sandbox ", id, " is compromised")));
+  EXPECT_THAT(agent->Metrics(), HasSubstr("moat_compromised_sandboxes_total 1"));
+  EXPECT_THAT(AgentCgroups(agent->pid()), IsEmpty());
+  EXPECT_THAT(ProbesOf(id), IsEmpty());  // the stopped probe was killed and reaped
+}
+
+}  // namespace
+}  // namespace moat::e2e
