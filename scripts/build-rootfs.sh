@@ -20,7 +20,7 @@ options:
   --suite NAME           Debian release (default bookworm)
   --packages \"A B\"       extra Debian packages, added to the profile's set
   --npm-packages \"A B\"   npm packages installed globally (node profile; replaces the default set)
-  --force                replace a TARGET that is not empty
+  --force                replace a TARGET that is not empty (only when no sandbox uses it)
   --dry-run              print what would be built and exit; needs neither root nor network
   -h, --help             this text
 
@@ -32,13 +32,18 @@ Needs root, network access to the mirror (and to the npm registry for the node p
 readonly base_packages="ca-certificates git less procps file unzip xz-utils bzip2 tzdata"
 # Not python3-scipy (nor python3-sklearn, which needs it): in bookworm it depends on pythran and
 # with it on g++, boost and the Python headers, ~700 MB more; add them with --packages.
+# python3-munkres is there to keep scipy out: matplotlib's fonttools needs "scipy | munkres", and
+# apt takes the first alternative unless the second is already chosen.
 readonly python_packages="python3 python3-venv python3-pip python3-setuptools
-  python3-wheel python3-numpy python3-pandas python3-matplotlib
+  python3-wheel python3-numpy python3-pandas python3-matplotlib python3-munkres
   python3-requests python3-yaml python3-bs4 python3-lxml python3-dateutil python3-tz
   python3-jinja2 python3-pytest python3-pil python3-sympy python3-openpyxl python3-tabulate
   python3-tqdm python3-click python3-attr python3-simplejson"
 readonly node_packages="nodejs npm"
-readonly node_npm_default="typescript ts-node lodash axios express zod dayjs uuid"
+# Major versions pinned to ones that run on bookworm's Node 18 (the newest uuid is ESM-only, which
+# require() on Node 18 cannot load). tsx runs .ts files: ts-node 10 failed here on TypeScript 5.9
+# and 7 alike.
+readonly node_npm_default="typescript@5 tsx@4 lodash@4 axios@1 express@4 zod@3 dayjs@1 uuid@9"
 
 die() {
   echo "$prog: $*" >&2
@@ -152,7 +157,7 @@ mkdir -p -- "$parent" || die "cannot create \"$parent\""
 # Beside the target, so the final rename stays on one file system.
 work="$(mktemp -d -- "$parent/.$(basename -- "$target").build.XXXXXX")"
 chmod 0755 "$work"
-old=""
+log="$work.log" old=""
 
 # Everything mounted under the work tree (our /proc, and whatever debootstrap mounted) is
 # unmounted before the tree is moved or removed: rm -rf through a live /proc or /dev bind
@@ -169,10 +174,13 @@ cleanup() {
     unmount_under "$work"
     rm -rf --one-file-system -- "$work"
   fi
+  rm -f -- "$log"
   if [ -n "$old" ] && [ -d "$old" ]; then rm -rf --one-file-system -- "$old"; fi
   [ $rc -eq 0 ] || echo "$prog: failed (exit $rc); nothing was changed at \"$target\"" >&2
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM HUP
 trap 'echo "$prog: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
 
 in_root() { chroot "$work" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
@@ -180,12 +188,10 @@ in_root() { chroot "$work" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/
 
 started=$(date +%s)
 echo "$prog: debootstrap $suite from $mirror into $work"
-debootstrap --variant=minbase --components=main "$suite" "$work" "$mirror" >"$work.log" 2>&1 || {
-  tail -n 20 "$work.log" >&2
-  rm -f -- "$work.log"
+debootstrap --variant=minbase --components=main "$suite" "$work" "$mirror" >"$log" 2>&1 || {
+  tail -n 20 "$log" >&2
   die "debootstrap failed (log above); check --mirror and --suite"
 }
-rm -f -- "$work.log"
 
 # apt sources for the packages and their security updates.
 {
@@ -221,7 +227,15 @@ in_root "${apt_get[@]}" install --no-install-recommends "${package_list[@]}" >/d
 
 if [ ${#npm_list[@]} -gt 0 ]; then
   echo "$prog: npm install -g ${npm_list[*]}"
-  in_root npm install -g --prefix /usr/local --no-audit --no-fund --loglevel=error "${npm_list[@]}" ||
+  # npm trusts what the host trusts for this download (a TLS-inspecting proxy's CA, say). The
+  # bundle is a temporary file in /tmp, emptied below: the sandbox's root keeps Debian's CAs only.
+  npm_env=()
+  if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+    cp /etc/ssl/certs/ca-certificates.crt "$work/tmp/host-ca.crt"
+    npm_env=(NODE_EXTRA_CA_CERTS=/tmp/host-ca.crt)
+  fi
+  in_root "${npm_env[@]}" npm install -g --prefix /usr/local --no-audit --no-fund --loglevel=error \
+    --fetch-timeout=60000 "${npm_list[@]}" ||
     die "npm install failed inside the root; check the network to the npm registry and the names"
   in_root npm cache clean --force >/dev/null 2>&1 || true
 fi

@@ -71,7 +71,7 @@ expect non_empty_forced 0 'target: .*/full$' python "$scratch/full" --force --dr
 expect python_plan 0 'packages: .*python3-numpy .*python3-pandas' python "$scratch/new/python" --dry-run
 expect python_plan_extra 0 'packages: .* python3-flask$' python "$scratch/r" --dry-run --packages python3-flask
 expect node_plan 0 'packages: .*nodejs npm' node "$scratch/r" --dry-run
-expect node_plan_npm 0 'npm packages: typescript' node "$scratch/r" --dry-run
+expect node_plan_npm 0 'npm packages: typescript@5' node "$scratch/r" --dry-run
 expect node_plan_npm_replaced 0 'npm packages: left-pad$' node "$scratch/r" --dry-run --npm-packages left-pad
 expect empty_target_accepted 0 'profile: python' python "$scratch/new/python" --dry-run
 if [ -e "$scratch/new" ]; then
