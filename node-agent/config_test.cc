@@ -5,6 +5,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "sandbox/policy.h"
 
 namespace moat::agent {
 namespace {
@@ -147,6 +148,35 @@ TEST(ParseByteSizeTest, Units) {
   EXPECT_FALSE(ParseByteSize("-1").ok());
   EXPECT_FALSE(ParseByteSize("99999999999TiB").ok());
   EXPECT_FALSE(ParseByteSize("").ok());
+}
+
+// The shipped example (node-agent/examples/agent.yaml) parses, and each of its rootfs profiles
+// names a policy that policies/ ships and the runtime's policy parser accepts.
+TEST(ConfigTest, ShippedExampleParses) {
+  const std::string source_file = __FILE__;
+  ASSERT_EQ(source_file.front(), '/') << "built from a relative path; cannot find the source tree";
+  const std::string agent_dir = source_file.substr(0, source_file.rfind('/'));
+  const std::string repo_dir = agent_dir.substr(0, agent_dir.rfind('/'));
+  auto config = LoadConfig(agent_dir + "/examples/agent.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  for (const char* name : {"python", "node"}) {
+    SCOPED_TRACE(name);
+    const ProfileConfig* profile = config->FindProfile(name);
+    ASSERT_NE(profile, nullptr);
+    EXPECT_EQ(profile->root_dir, std::string("/srv/moat/roots/") + name);
+    EXPECT_LE(profile->pool_floor, profile->pool_ceiling);
+    EXPECT_GT(profile->limits.memory_bytes, 0u);
+    const std::string policy_name = profile->policy_file.substr(profile->policy_file.rfind('/'));
+    EXPECT_EQ(policy_name, std::string("/") + name + ".yaml");
+    auto policy = sandbox::ParsePolicyFile(repo_dir + "/policies" + policy_name,
+                                           sandbox::PathContext{.home = "", .cwd = "/"});
+    ASSERT_TRUE(policy.ok()) << policy.status();
+    EXPECT_TRUE(policy->memory_bytes.has_value());
+    EXPECT_FALSE(policy->allowed_domains.has_value()) << "the profile roots need no network";
+  }
+  const ProfileConfig* host = config->FindProfile("host");
+  ASSERT_NE(host, nullptr);
+  EXPECT_EQ(host->root_dir, "/");
 }
 
 }  // namespace
