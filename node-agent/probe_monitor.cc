@@ -28,21 +28,6 @@ int PidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid
 
 }  // namespace
 
-struct ProbeMonitor::Watched {
-  std::string id;
-  uint64_t token = 0;
-  UniqueFd pipe;
-  UniqueFd probe_pidfd;
-  pid_t probe_pid = 0;
-  std::string buffer;       // an incomplete line
-  bool discarding = false;  // inside an over-long line, until its newline
-  absl::Time last_seen;     // last heartbeat, or Watch
-  int misses_reported = 0;
-  ProbeHeartbeat heartbeat;
-  bool exited = false;  // the probe said the sandbox's init exited
-  bool compromised = false;
-};
-
 absl::string_view ProbeEventTypeName(ProbeEvent::Type type) {
   switch (type) {
     case ProbeEvent::Type::kViolation:
@@ -82,8 +67,8 @@ absl::StatusOr<std::unique_ptr<ProbeMonitor>> ProbeMonitor::Create(ProbeMonitorO
   if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, wake.get(), &ev) != 0) {
     return ErrnoStatus("probe monitor: add the wake fd to epoll", errno);
   }
-  std::unique_ptr<ProbeMonitor> monitor(new ProbeMonitor(options, std::move(callbacks), clock,
-                                                         std::move(epoll), std::move(wake)));
+  std::unique_ptr<ProbeMonitor> monitor(
+      new ProbeMonitor(options, std::move(callbacks), clock, std::move(epoll), std::move(wake)));
   monitor->thread_ = std::thread([m = monitor.get()] { m->Loop(); });
   return monitor;
 }
@@ -101,8 +86,8 @@ ProbeMonitor::~ProbeMonitor() {
 absl::Status ProbeMonitor::Watch(absl::string_view id, UniqueFd report_read, pid_t probe_pid) {
   const int flags = ::fcntl(report_read.get(), F_GETFL);
   if (flags < 0 || ::fcntl(report_read.get(), F_SETFL, flags | O_NONBLOCK) != 0) {
-    return ErrnoStatus(absl::StrCat("probe monitor: make sandbox ", id, "'s report pipe non-blocking"),
-                       errno);
+    return ErrnoStatus(
+        absl::StrCat("probe monitor: make sandbox ", id, "'s report pipe non-blocking"), errno);
   }
   auto w = std::make_unique<Watched>();
   w->id = std::string(id);
@@ -113,7 +98,8 @@ absl::Status ProbeMonitor::Watch(absl::string_view id, UniqueFd report_read, pid
 
   absl::MutexLock lock(&mu_);
   if (watched_.contains(id)) {
-    return absl::AlreadyExistsError(absl::StrCat("probe monitor: sandbox ", id, " is already watched"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("probe monitor: sandbox ", id, " is already watched"));
   }
   w->token = next_token_++;
   w->last_seen = clock_->Now();
@@ -129,8 +115,7 @@ absl::Status ProbeMonitor::Watch(absl::string_view id, UniqueFd report_read, pid
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, w->probe_pidfd.get(), &ev) != 0) {
       const int err = errno;
       ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, w->pipe.get(), nullptr);
-      return ErrnoStatus(absl::StrCat("probe monitor: add sandbox ", id, "'s probe to epoll"),
-                         err);
+      return ErrnoStatus(absl::StrCat("probe monitor: add sandbox ", id, "'s probe to epoll"), err);
     }
   }
   by_token_[w->token] = w.get();
@@ -175,14 +160,14 @@ void ProbeMonitor::CompromiseLocked(Watched& w, std::string reason, Calls& calls
   if (w.compromised || w.exited) return;
   w.compromised = true;
   if (callbacks_.on_compromised) {
-    calls.push_back([this, id = w.id, reason = std::move(reason)] {
-      callbacks_.on_compromised(id, reason);
-    });
+    calls.push_back(
+        [this, id = w.id, reason = std::move(reason)] { callbacks_.on_compromised(id, reason); });
   }
 }
 
 void ProbeMonitor::HandleLineLocked(Watched& w, absl::string_view line, Calls& calls) {
-  nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json j =
+      nlohmann::json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
     ++bad_lines_;
     return;
@@ -232,7 +217,8 @@ void ProbeMonitor::HandleLineLocked(Watched& w, absl::string_view line, Calls& c
   event.limit = number("limit");
   event.lines = static_cast<uint64_t>(number("lines"));
   if (callbacks_.on_event) {
-    calls.push_back([this, id = w.id, event = std::move(event)] { callbacks_.on_event(id, event); });
+    calls.push_back(
+        [this, id = w.id, event = std::move(event)] { callbacks_.on_event(id, event); });
   }
 }
 
@@ -257,11 +243,11 @@ bool ProbeMonitor::ReadPipeLocked(Watched& w, Calls& calls) {
         w.buffer.clear();
         w.discarding = newline == data.npos;
       } else if (newline == data.npos) {
-        w.buffer.append(piece);
+        w.buffer.append(piece.data(), piece.size());
       } else if (w.buffer.empty()) {
         HandleLineLocked(w, piece, calls);
       } else {
-        w.buffer.append(piece);
+        w.buffer.append(piece.data(), piece.size());
         HandleLineLocked(w, w.buffer, calls);
         w.buffer.clear();
       }
@@ -277,20 +263,21 @@ void ProbeMonitor::CheckHeartbeatsLocked(Calls& calls) {
     if (w->exited || w->compromised) continue;
     const absl::Duration late = now - w->last_seen - options_.grace;
     if (late < options_.interval) continue;
-    const int64_t missed = std::min<int64_t>(absl::IDivDuration(late, options_.interval, nullptr),
-                                             options_.misses);
+    absl::Duration rest;  // IDivDuration writes it unconditionally
+    const int64_t missed =
+        std::min<int64_t>(absl::IDivDuration(late, options_.interval, &rest), options_.misses);
     for (; w->misses_reported < missed; ++w->misses_reported) {
       if (callbacks_.on_heartbeat_missed) {
         calls.push_back([this, id = w->id] { callbacks_.on_heartbeat_missed(id); });
       }
     }
     if (missed >= options_.misses) {
-      CompromiseLocked(*w,
-                       absl::StrCat("no heartbeat from its probe (pid ", w->probe_pid, ") for ",
-                                    absl::FormatDuration(now - w->last_seen), ": ", missed,
-                                    " missed at an interval of ",
-                                    absl::FormatDuration(options_.interval)),
-                       calls);
+      CompromiseLocked(
+          *w,
+          absl::StrCat("no heartbeat from its probe (pid ", w->probe_pid, ") for ",
+                       absl::FormatDuration(now - w->last_seen), ": ", missed,
+                       " missed at an interval of ", absl::FormatDuration(options_.interval)),
+          calls);
     }
   }
 }

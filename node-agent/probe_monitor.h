@@ -59,7 +59,7 @@ struct ProbeMonitorOptions {
   absl::Duration interval = absl::Seconds(5);  // the probes' --interval
   int misses = 3;
   absl::Duration grace = absl::InfiniteDuration();  // InfiniteDuration: interval / 2
-  size_t max_line_bytes = 64 << 10;  // longer lines are dropped and counted
+  size_t max_line_bytes = 64 << 10;                 // longer lines are dropped and counted
   // How often the thread looks at the clock; InfiniteDuration: interval / 10, at most 100 ms.
   absl::Duration tick = absl::InfiniteDuration();
 };
@@ -95,7 +95,20 @@ class ProbeMonitor {
   uint64_t bad_lines() const;
 
  private:
-  struct Watched;
+  struct Watched {
+    std::string id;
+    uint64_t token = 0;
+    UniqueFd pipe;
+    UniqueFd probe_pidfd;
+    pid_t probe_pid = 0;
+    std::string buffer;       // an incomplete line
+    bool discarding = false;  // inside an over-long line, until its newline
+    absl::Time last_seen;     // last heartbeat, or Watch
+    int misses_reported = 0;
+    ProbeHeartbeat heartbeat;
+    bool exited = false;  // the probe said the sandbox's init exited
+    bool compromised = false;
+  };
 
   ProbeMonitor(ProbeMonitorOptions options, ProbeCallbacks callbacks, const Clock* clock,
                UniqueFd epoll, UniqueFd wake)

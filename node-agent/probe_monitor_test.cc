@@ -97,8 +97,8 @@ class ProbeMonitorTest : public ::testing::Test {
   void Settle() {
     for (int round = 0; round < 2; ++round) {
       const std::string tag = absl::StrCat("sync-", ++syncs_);
-      Write(sync_.get(), absl::StrCat(R"({"type":"heartbeat"})", "\n", R"({"type":"error","detail":")",
-                                      tag, "\"}\n"));
+      Write(sync_.get(), absl::StrCat(R"({"type":"heartbeat"})", "\n",
+                                      R"({"type":"error","detail":")", tag, "\"}\n"));
       ASSERT_TRUE(recorder_.Await([&] {
         for (const auto& e : recorder_.events_["sync"]) {
           if (e.detail == tag) return true;
@@ -218,6 +218,7 @@ TEST_F(ProbeMonitorTest, ProbeProcessDeathIsACompromise) {
   ASSERT_EQ(::pipe2(hold, O_CLOEXEC), 0);
   const pid_t child = ::fork();
   if (child == 0) {
+    ::close(hold[1]);
     char c;
     (void)!::read(hold[0], &c, 1);  // until the parent closes its end
     _exit(0);
@@ -226,9 +227,11 @@ TEST_F(ProbeMonitorTest, ProbeProcessDeathIsACompromise) {
   // The pipe's write end stays open here: only the process's death can tell.
   UniqueFd w = Watch("a", child);
   ::close(hold[1]);
-  ASSERT_TRUE(recorder_.Await([&] { return !recorder_.compromised_["a"].empty(); }));
-  EXPECT_THAT(recorder_.compromised("a")[0], HasSubstr("died"));
+  const bool compromised = recorder_.Await([&] { return !recorder_.compromised_["a"].empty(); });
+  ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
+  ASSERT_TRUE(compromised);
+  EXPECT_THAT(recorder_.compromised("a")[0], HasSubstr("died"));
 }
 
 TEST_F(ProbeMonitorTest, OverlongAndMalformedLinesAreDroppedAndCounted) {
@@ -253,7 +256,7 @@ TEST_F(ProbeMonitorTest, ForgetEndsCallbacksAndWatchRefusesDuplicates) {
   monitor_->Forget("a");
   EXPECT_EQ(monitor_->LastHeartbeat("a").status().code(), absl::StatusCode::kNotFound);
   clock_.Advance(absl::Seconds(10));
-  Write(w.get(), "{\"type\":\"exited\"}\n");
+  w.reset();  // would be a compromise if still watched
   Settle();
   EXPECT_EQ(recorder_.misses("a"), 0);
   EXPECT_TRUE(recorder_.compromised("a").empty());

@@ -28,10 +28,9 @@ absl::StatusOr<CgroupWatch> CgroupWatch::Open(const std::vector<std::string>& di
   for (const std::string& dir : dirs) {
     struct stat st;
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-      return ErrnoStatus(
-          absl::StrCat("moat-probe: open cgroup directory \"", dir,
-                       "\" (--cgroup-dir must name the sandbox's existing cgroup)"),
-          errno ? errno : ENOTDIR);
+      return ErrnoStatus(absl::StrCat("moat-probe: open cgroup directory \"", dir,
+                                      "\" (--cgroup-dir must name the sandbox's existing cgroup)"),
+                         errno ? errno : ENOTDIR);
     }
     open_first(watch.tasks_, dir, "pids.current");
     open_first(watch.memory_, dir, "memory.current") ||

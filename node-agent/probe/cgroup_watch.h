@@ -16,10 +16,10 @@
 namespace moat::agent::probe {
 
 struct CgroupSample {
-  int processes = 0;                    // listed in cgroup.procs (sub-cgroups included)
-  std::optional<uint64_t> tasks;        // pids.current: threads count against pids.max
-  std::optional<uint64_t> memory_bytes; // memory.current (v2), memory.usage_in_bytes (v1)
-  std::optional<uint64_t> cpu_ns;       // cpu.stat usage_usec (v2), cpuacct.usage (v1)
+  int processes = 0;                     // listed in cgroup.procs (sub-cgroups included)
+  std::optional<uint64_t> tasks;         // pids.current: threads count against pids.max
+  std::optional<uint64_t> memory_bytes;  // memory.current (v2), memory.usage_in_bytes (v1)
+  std::optional<uint64_t> cpu_ns;        // cpu.stat usage_usec (v2), cpuacct.usage (v1)
 };
 
 class CgroupWatch {

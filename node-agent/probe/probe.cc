@@ -56,7 +56,8 @@ absl::StatusOr<std::unique_ptr<Probe>> Probe::Create(const ProbeConfig& config) 
     ASSIGN_OR_RETURN(pid, PidOfPidfd(pidfd.get()));
   } else {
     pidfd.reset(PidfdOpen(pid));
-    if (!pidfd) return ErrnoStatus(absl::StrCat("moat-probe: pidfd_open(", pid, ") (--pid)"), errno);
+    if (!pidfd)
+      return ErrnoStatus(absl::StrCat("moat-probe: pidfd_open(", pid, ") (--pid)"), errno);
   }
   ::fcntl(pidfd.get(), F_SETFD, FD_CLOEXEC);
   UniqueFd report(config.report_fd);
@@ -174,7 +175,8 @@ void Probe::HandleSeccomp() {
     seccomp_fd_.reset();  // unusable; without a listener the kernel fails such calls (ENOSYS)
     return;
   }
-  nlohmann::json line = {{"type", "violation"}, {"kind", "syscall"}, {"detail", violation->syscall}};
+  nlohmann::json line = {
+      {"type", "violation"}, {"kind", "syscall"}, {"detail", violation->syscall}};
   if (violation->pid > 0) line["pid"] = violation->pid;
   channel_.Send(std::move(line));
 }

@@ -16,11 +16,11 @@ absl::StatusOr<ProbeConfig> Parse(std::vector<const char*> args) {
 }
 
 TEST(ParseProbeFlagsTest, ParsesEveryFlag) {
-  auto config = Parse({"--pidfd-fd=3", "--report-fd=4", "--seccomp-fd=5", "--arch=aarch64",
-                       "--cgroup-dir=/sys/fs/cgroup/memory/moat/a",
-                       "--cgroup-dir=/sys/fs/cgroup/pids/moat/a", "--interval=250ms",
-                       "--memory-max=1048576", "--pids-max=32", "--cpu-seconds-max=1.5",
-                       "--sandbox-id=sb-1", "--expected-mounts-from-start"});
+  auto config =
+      Parse({"--pidfd-fd=3", "--report-fd=4", "--seccomp-fd=5", "--arch=aarch64",
+             "--cgroup-dir=/sys/fs/cgroup/memory/moat/a", "--cgroup-dir=/sys/fs/cgroup/pids/moat/a",
+             "--interval=250ms", "--memory-max=1048576", "--pids-max=32", "--cpu-seconds-max=1.5",
+             "--sandbox-id=sb-1", "--expected-mounts-from-start"});
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->pidfd_fd, 3);
   EXPECT_EQ(config->report_fd, 4);
@@ -48,32 +48,26 @@ TEST(ParseProbeFlagsTest, DefaultsAndPid) {
 TEST(ParseProbeFlagsTest, BadFlagsSayWhatIsExpected) {
   EXPECT_THAT(Parse({"--report-fd=1", "--sandbox-id=x"}).status().message(),
               HasSubstr("--pidfd-fd"));
-  EXPECT_THAT(Parse({"--pid=1", "--pidfd-fd=3", "--report-fd=1", "--sandbox-id=x"})
-                  .status()
-                  .message(),
-              HasSubstr("exactly one"));
+  EXPECT_THAT(
+      Parse({"--pid=1", "--pidfd-fd=3", "--report-fd=1", "--sandbox-id=x"}).status().message(),
+      HasSubstr("exactly one"));
   EXPECT_THAT(Parse({"--pid=1", "--sandbox-id=x"}).status().message(), HasSubstr("--report-fd"));
-  EXPECT_THAT(Parse({"--pid=1", "--report-fd=1", "--sandbox-id=x", "--interval=1"})
-                  .status()
-                  .message(),
-              HasSubstr("duration"));
-  EXPECT_THAT(Parse({"--pid=1", "--report-fd=1", "--sandbox-id=x", "--memory-max=0",
-                     "--cgroup-dir=/a"})
-                  .status()
-                  .message(),
-              HasSubstr("positive"));
-  EXPECT_THAT(Parse({"--pid=1", "--report-fd=1", "--sandbox-id=x", "--pids-max=3"})
-                  .status()
-                  .message(),
-              HasSubstr("--cgroup-dir"));
-  EXPECT_THAT(Parse({"--pid=1", "--report-fd=1", "--sandbox-id=x", "--bogus=1"})
-                  .status()
-                  .message(),
+  EXPECT_THAT(
+      Parse({"--pid=1", "--report-fd=1", "--sandbox-id=x", "--interval=1"}).status().message(),
+      HasSubstr("duration"));
+  EXPECT_THAT(
+      Parse({"--pid=1", "--report-fd=1", "--sandbox-id=x", "--memory-max=0", "--cgroup-dir=/a"})
+          .status()
+          .message(),
+      HasSubstr("positive"));
+  EXPECT_THAT(
+      Parse({"--pid=1", "--report-fd=1", "--sandbox-id=x", "--pids-max=3"}).status().message(),
+      HasSubstr("--cgroup-dir"));
+  EXPECT_THAT(Parse({"--pid=1", "--report-fd=1", "--sandbox-id=x", "--bogus=1"}).status().message(),
               HasSubstr("unknown flag"));
-  EXPECT_THAT(Parse({"--pid=1", "--report-fd=1", "--sandbox-id=x", "--arch=mips"})
-                  .status()
-                  .message(),
-              HasSubstr("x86_64 or aarch64"));
+  EXPECT_THAT(
+      Parse({"--pid=1", "--report-fd=1", "--sandbox-id=x", "--arch=mips"}).status().message(),
+      HasSubstr("x86_64 or aarch64"));
 }
 
 }  // namespace

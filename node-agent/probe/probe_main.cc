@@ -6,9 +6,9 @@
 #include <cstdio>
 #include <string>
 
+#include "nlohmann/json.hpp"
 #include "node-agent/probe/probe.h"
 #include "node-agent/probe/probe_config.h"
-#include "nlohmann/json.hpp"
 
 namespace {
 

@@ -39,13 +39,11 @@ std::string ReportChannel::Serialize(nlohmann::json& line) {
     }
     std::string value = detail->get<std::string>();
     // Escaping can double a byte (or make six of it): shrink by the escaped length's share.
-    const size_t escaped = nlohmann::json(value)
-                               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-                               .size();
+    const size_t escaped =
+        nlohmann::json(value).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size();
     const size_t overhead = text.size() - escaped;
-    const size_t room = options_.max_line_bytes > overhead + 1
-                            ? options_.max_line_bytes - overhead - 1
-                            : 0;
+    const size_t room =
+        options_.max_line_bytes > overhead + 1 ? options_.max_line_bytes - overhead - 1 : 0;
     value.resize(std::min(value.size() - 1, value.size() * room / escaped));
     *detail = value;
     line["truncated"] = true;
