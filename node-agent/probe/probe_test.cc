@@ -22,6 +22,7 @@
 #include "node-agent/clock.h"
 #include "node-agent/probe_monitor.h"
 #include "sandbox/cgroup.h"
+#include "sandbox/seccomp_filter.h"
 #include "sandbox/util/unique_fd.h"
 
 namespace moat::agent {
@@ -46,9 +47,10 @@ constexpr char kMount = 'm';     // mount a tmpfs on /tmp (in its own mount name
 constexpr char kAllocate = 'a';  // touch 60 MiB of anonymous memory
 constexpr char kTouch = 't';     // touch 1 MiB
 constexpr char kBurn = 'c';      // spin on the CPU until killed
+constexpr char kFilter = 'f';    // install the notifying seccomp filter; answer its listener fd
 
 // Only raw system calls here: the parent may have threads, so no locks may be taken.
-[[noreturn]] void ChildMain(int commands, int answers) {
+[[noreturn]] void ChildMain(int commands, int answers, const struct sock_fprog* filter) {
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) _exit(10);
   char c = 'r';
   if (::write(answers, &c, 1) != 1) _exit(11);
@@ -64,6 +66,9 @@ constexpr char kBurn = 'c';      // spin on the CPU until killed
       } else {
         std::memset(p, 1, size);
       }
+    } else if (c == kFilter) {
+      const int listener = sandbox::InstallSeccompProgram(filter, /*want_listener=*/true);
+      answer = listener >= 0 && listener < 128 ? static_cast<char>(listener) : 'e';
     } else if (c == kBurn) {
       (void)!::write(answers, &answer, 1);
       volatile uint64_t spins = 0;
@@ -135,6 +140,10 @@ class ProbeTest : public ::testing::Test {
                                 {.memory_bytes = kMemoryMax, .pids = 64, .cpus = 1});
     ASSERT_TRUE(cgroup.ok()) << cgroup.status();
     cgroup_ = std::move(*cgroup);
+    // Built before the clone: the child may only make raw system calls.
+    auto filter = sandbox::SeccompProgram::Build({.notify_violations = true});
+    ASSERT_TRUE(filter.ok()) << filter.status();
+    filter_.emplace(*std::move(filter));
     StartChild();
   }
 
@@ -164,7 +173,7 @@ class ProbeTest : public ::testing::Test {
       // Its copies of our ends would keep it from ever seeing end of file.
       ::close(commands[1]);
       ::close(answers[0]);
-      ChildMain(commands[0], answers[1]);
+      ChildMain(commands[0], answers[1], filter_->fprog());
     }
     ASSERT_GT(pid, 0) << std::strerror(errno);
     child_pid_ = static_cast<pid_t>(pid);
@@ -186,7 +195,8 @@ class ProbeTest : public ::testing::Test {
   }
 
   // Starts moat-probe on the child and watches it with a ProbeMonitor.
-  void StartProbe(std::vector<std::string> extra_flags = {}) {
+  // `seccomp_fd`, if given, becomes the probe's fd 5.
+  void StartProbe(std::vector<std::string> extra_flags = {}, int seccomp_fd = -1) {
     UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, child_pid_, 0)));
     ASSERT_TRUE(pidfd.valid());
     int report[2];
@@ -200,6 +210,7 @@ class ProbeTest : public ::testing::Test {
                                      "--pids-max=64",
                                      "--expected-mounts-from-start"};
     for (const std::string& dir : cgroup_->paths()) args.push_back("--cgroup-dir=" + dir);
+    if (seccomp_fd >= 0) args.push_back("--seccomp-fd=5");
     for (std::string& flag : extra_flags) args.push_back(std::move(flag));
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
@@ -210,7 +221,9 @@ class ProbeTest : public ::testing::Test {
       // Above 4 first, so that neither dup2 overwrites the other's source.
       const int p = ::fcntl(pidfd.get(), F_DUPFD, 10);
       const int r = ::fcntl(report[1], F_DUPFD, 10);
+      const int f = seccomp_fd >= 0 ? ::fcntl(seccomp_fd, F_DUPFD, 10) : -1;
       if (p < 0 || r < 0 || ::dup2(p, 3) != 3 || ::dup2(r, 4) != 4) _exit(120);
+      if (f >= 0 && ::dup2(f, 5) != 5) _exit(121);
       ::execv(argv[0], argv.data());
       _exit(127);
     }
@@ -243,6 +256,7 @@ class ProbeTest : public ::testing::Test {
   RealClock clock_;
   Recorder recorder_;
   std::unique_ptr<sandbox::Cgroup> cgroup_;
+  std::optional<sandbox::SeccompProgram> filter_;
   pid_t child_pid_ = -1;
   pid_t probe_pid_ = -1;
   UniqueFd commands_;
@@ -288,6 +302,22 @@ TEST_F(ProbeTest, AMountMadeAfterStartIsAViolation) {
   EXPECT_THAT(event->detail, HasSubstr("appeared"));
   EXPECT_THAT(event->detail, HasSubstr("/tmp"));
   EXPECT_THAT(event->detail, HasSubstr("probe-test"));
+}
+
+TEST_F(ProbeTest, ForbiddenSyscallsAreAnsweredAndReported) {
+  const char listener = Command(kFilter);
+  ASSERT_NE(listener, 'e');
+  // The listener is the child's; the probe gets a copy, as the backend's would over SCM_RIGHTS.
+  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, child_pid_, 0)));
+  UniqueFd copy(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), listener, 0)));
+  ASSERT_TRUE(copy.valid()) << std::strerror(errno);
+  StartProbe({}, copy.get());
+  AwaitHeartbeats(1);
+  // mount waits in the kernel until the probe answers it (EPERM), so the child answers 'e'.
+  ASSERT_EQ(Command(kMount), 'e');
+  auto event = recorder_.AwaitEvent(ProbeEvent::Type::kViolation, "syscall");
+  ASSERT_TRUE(event.has_value());
+  EXPECT_EQ(event->detail, "mount");
 }
 
 TEST_F(ProbeTest, MemoryNearItsLimitIsReportedOnce) {
