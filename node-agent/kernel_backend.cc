@@ -361,13 +361,14 @@ absl::StatusOr<CleanupReport> KernelBackend::Destroy(absl::string_view id) {
     box->event_token = 0;
     for (const auto& [seq, command] : box->commands) commands.push_back(command);
   }
+  // Its probe first, so that the sandbox's death is not reported as an event of its own.
+  if (options_.on_destroy) options_.on_destroy(box->id);
   CleanupReport report;
   sandbox::LiveSandboxTeardown teardown;
   {
     absl::MutexLock io(&box->io_mu);
     teardown = box->sandbox->Destroy();
   }
-  if (options_.on_destroy) options_.on_destroy(box->id);
   // Every process is dead: the pipes are at EOF, the commands end as killed.
   for (const std::shared_ptr<Command>& command : commands) {
     FinishCommand(box, command, "the sandbox was destroyed");

@@ -2,6 +2,7 @@
 // part lives in its own file (see node-agent/CMakeLists.txt).
 #include <signal.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -16,6 +17,8 @@
 #include "node-agent/kernel_backend.h"
 #include "node-agent/log.h"
 #include "node-agent/metrics.h"
+#include "node-agent/probe_launcher.h"
+#include "node-agent/probe_monitor.h"
 #include "node-agent/registry.h"
 #include "node-agent/service.h"
 #include "node-agent/token.h"
@@ -70,6 +73,54 @@ int Run(int argc, char** argv) {
     LogError(token.status().message());
     return 1;
   }
+  RealClock clock;
+  // The probes report to the monitor, whose callbacks go to the service, made further down (it
+  // needs the backend, which needs the monitor): they reach it through this pointer.
+  std::atomic<SandboxService*> service_for_probes{nullptr};
+  auto with_service = [&service_for_probes](auto&& f) {
+    if (SandboxService* s = service_for_probes.load()) f(*s);
+  };
+  ProbeCallbacks probe_callbacks;
+  probe_callbacks.on_event = [&](const std::string& id, const ProbeEvent& e) {
+    with_service([&](SandboxService& s) {
+      switch (e.type) {
+        case ProbeEvent::Type::kViolation:
+          s.ReportViolation(id, e.kind, e.detail);
+          break;
+        case ProbeEvent::Type::kNearLimit:
+          s.ReportLimit(id, "near_limit", e.kind, absl::StrCat(e.value, " of ", e.limit));
+          break;
+        case ProbeEvent::Type::kKilled:
+          s.ReportLimit(id, "killed", e.kind, absl::StrCat(e.value, " over ", e.limit));
+          break;
+        case ProbeEvent::Type::kExited:
+          s.ReportExited(id, "its init exited");
+          break;
+        case ProbeEvent::Type::kDropped:
+          LogWarning(absl::StrCat("sandbox ", id, ": its probe dropped ", e.lines, " lines"));
+          break;
+        case ProbeEvent::Type::kError:
+          LogWarning(absl::StrCat("sandbox ", id, ": probe error: ", e.detail));
+          break;
+      }
+    });
+  };
+  probe_callbacks.on_compromised = [&](const std::string& id, const std::string& reason) {
+    with_service([&](SandboxService& s) { s.ReportCompromised(id, reason); });
+  };
+  probe_callbacks.on_heartbeat_missed = [&](const std::string& id) {
+    with_service([&](SandboxService& s) { s.ReportHeartbeatMissed(id); });
+  };
+  absl::StatusOr<std::unique_ptr<ProbeMonitor>> monitor =
+      ProbeMonitor::Create(ProbeMonitorOptions{.interval = config->heartbeat_interval,
+                                               .misses = config->heartbeat_misses},
+                           std::move(probe_callbacks), &clock);
+  if (!monitor.ok()) {
+    LogError(monitor.status().message());
+    return 1;
+  }
+  ProbeLauncher probes(ProbeLauncher::DefaultBinary(), config->heartbeat_interval, monitor->get());
+
   std::unique_ptr<SandboxBackend> backend;
   if (fake_backend) {
     LogWarning("using the in-memory fake backend: sandboxes are bookkeeping only");
@@ -77,6 +128,15 @@ int Run(int argc, char** argv) {
   } else {
     KernelBackendOptions options;
     options.state_dir = config->state_dir;
+    options.on_start = [&probes](const std::string& id, sandbox::LiveSandbox& box,
+                                 const sandbox::Limits& limits) {
+      return probes.Start(id, box, limits);
+    };
+    options.on_destroy = [&probes](const std::string& id) { probes.Stop(id); };
+    options.last_heartbeat = [m = monitor->get()](const std::string& id) {
+      absl::StatusOr<ProbeHeartbeat> beat = m->LastHeartbeat(id);
+      return beat.ok() ? beat->received : absl::InfinitePast();
+    };
     absl::StatusOr<std::unique_ptr<KernelBackend>> kernel = KernelBackend::Create(options);
     if (!kernel.ok()) {
       LogError(absl::StrCat("cannot make sandboxes on this node: ", kernel.status().message()));
@@ -85,12 +145,12 @@ int Run(int argc, char** argv) {
     backend = *std::move(kernel);
   }
 
-  RealClock clock;
   Registry registry(&clock);
   std::vector<std::string> profiles;
   for (const ProfileConfig& p : config->profiles) profiles.push_back(p.name);
   AgentMetrics metrics(profiles);
   SandboxService service(&*config, backend.get(), &registry, &metrics, &clock);
+  service_for_probes = &service;
   if (absl::StatusOr<CleanupReport> left = service.CleanLeftovers(); !left.ok()) {
     LogError(absl::StrCat("cleaning what a previous agent left failed: ", left.status().message()));
     return 1;
@@ -99,6 +159,7 @@ int Run(int argc, char** argv) {
   service.StartPool();
   // Before the server, which calls it: it must outlive the server.
   ExecdApi execd(backend.get(), &registry, &metrics, &clock, ExecdOptions{});
+  service.SetOnRecycled([&execd](const std::string& id) { execd.ForgetSandbox(id); });
   HttpApiOptions api_options{*token, config->max_request_bytes, config->tls};
   api_options.execd = &execd;
   absl::StatusOr<std::unique_ptr<HttpApi>> api = HttpApi::Create(&service, api_options);
@@ -128,6 +189,10 @@ int Run(int argc, char** argv) {
   // the rest when it goes: a sandbox's init exits with the agent anyway (its socket closes), so
   // a stop or restart ends every sandbox of the node; the controller reschedules.
   service.StopPool();
+  service.WaitRecycled(absl::Seconds(30));
+  // The backend outlives the service (declared before it) and ends the remaining sandboxes when
+  // it goes; their probes' last reports must not reach a service that is gone.
+  service_for_probes = nullptr;
   LogInfo("stopped");
   return 0;
 }

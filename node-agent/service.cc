@@ -182,6 +182,13 @@ void SandboxService::ReportHeartbeatMissed(absl::string_view id) {
   LogWarning(absl::StrCat("sandbox ", id, ": its probe missed a heartbeat"));
 }
 
+void SandboxService::ReportExited(absl::string_view id, absl::string_view detail) {
+  events_.Add(clock_->Now(), "exited", id, "init", detail);
+  LogWarning(absl::StrCat("sandbox ", id, " ended by itself (", detail, "); recycling it"));
+  registry_->SetState(id, SandboxState::kRecycling).IgnoreError();
+  recycle_queue_.Enqueue(std::string(id));
+}
+
 void SandboxService::ReportCompromised(absl::string_view id, absl::string_view reason) {
   metrics_->AddCompromised();
   events_.Add(clock_->Now(), "compromised", id, "probe", reason);

@@ -74,6 +74,9 @@ class SandboxService {
                    absl::string_view detail);  // type: "near_limit" or "killed"
   void ReportHeartbeatMissed(absl::string_view id);
   void ReportCompromised(absl::string_view id, absl::string_view reason);
+  // The sandbox's init ended by itself (killed from the host, or by its probe over a limit):
+  // an event, and the sandbox goes to the recycle queue.
+  void ReportExited(absl::string_view id, absl::string_view detail);
   const EventLog& events() const { return events_; }
   // Called after a sandbox is recycled (expired, deleted or compromised), e.g. to forget its
   // commands. Set before the server starts.

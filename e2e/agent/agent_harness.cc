@@ -61,7 +61,7 @@ const std::string& AgentBinary() {
 }
 
 absl::StatusOr<std::unique_ptr<AgentProcess>> AgentProcess::Start(const AgentSetup& setup,
-                                                                 const std::string& state_dir) {
+                                                                  const std::string& state_dir) {
   auto agent = std::unique_ptr<AgentProcess>(new AgentProcess());
   char dir[] = "/var/tmp/moat-agent-e2e-XXXXXX";
   if (::mkdtemp(dir) == nullptr) return absl::InternalError("mkdtemp under /var/tmp failed");
