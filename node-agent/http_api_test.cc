@@ -365,6 +365,8 @@ TEST_F(HttpApiTest, ProbeReportsBecomeEventsAndACompromisedSandboxIsRecycled) {
   service_.ReportViolation(id, "syscall", "mount");
   service_.ReportLimit(id, "near_limit", "memory", "92% of 256 MiB");
   service_.ReportHeartbeatMissed(id);
+  service_.ReportEgress(id, /*allowed=*/true, "GET allowed.example");
+  service_.ReportEgress(id, /*allowed=*/false, "GET evil.example denied");
   service_.ReportCompromised(id, "3 heartbeats missed");
   EXPECT_FALSE(backend_.Exists(id));  // killed at once, not after the recycle queue
   EXPECT_EQ(Call("GET", "/v1/sandboxes/" + id).first, 404);
@@ -372,14 +374,15 @@ TEST_F(HttpApiTest, ProbeReportsBecomeEventsAndACompromisedSandboxIsRecycled) {
   auto [status, text] = Call("GET", "/v1/events");
   ASSERT_EQ(status, 200) << text;
   json events = json::parse(text)["events"];
-  ASSERT_EQ(events.size(), 3u);
+  ASSERT_EQ(events.size(), 4u);
   EXPECT_EQ(events[0]["type"], "violation");
   EXPECT_EQ(events[0]["kind"], "syscall");
   EXPECT_EQ(events[0]["sandbox_id"], id);
   EXPECT_EQ(events[1]["type"], "near_limit");
-  EXPECT_EQ(events[2]["type"], "compromised");
-  EXPECT_EQ(events[2]["detail"], "3 heartbeats missed");
-  const int last = events[1]["seq"];
+  EXPECT_EQ(events[2]["kind"], "egress");  // the denial only
+  EXPECT_EQ(events[3]["type"], "compromised");
+  EXPECT_EQ(events[3]["detail"], "3 heartbeats missed");
+  const int last = events[2]["seq"];
   json after = json::parse(Call("GET", "/v1/events?after=" + std::to_string(last)).second);
   ASSERT_EQ(after["events"].size(), 1u);
   EXPECT_EQ(after["events"][0]["type"], "compromised");
@@ -391,6 +394,8 @@ TEST_F(HttpApiTest, ProbeReportsBecomeEventsAndACompromisedSandboxIsRecycled) {
   EXPECT_THAT(text, HasSubstr("moat_violations_total{kind=\"syscall\"} 1"));
   EXPECT_THAT(text, HasSubstr("moat_compromised_sandboxes_total 1"));
   EXPECT_THAT(text, HasSubstr("moat_heartbeat_misses_total 1"));
+  EXPECT_THAT(text, HasSubstr("moat_egress_requests_total 2"));
+  EXPECT_THAT(text, HasSubstr("moat_egress_denials_total 1"));
 }
 
 }  // namespace

@@ -311,6 +311,10 @@ absl::StatusOr<CreatedSandbox> KernelBackend::Create(const SandboxSpec& spec) {
     e.requests_per_minute = policy.egress.requests_per_minute;
     e.transparent = policy.transparent;
     e.audit_log = options_.audit_log;
+    if (options_.on_egress) {
+      e.observer = [cb = options_.on_egress, id = spec.id](
+                       bool allowed, const std::string& detail) { cb(id, allowed, detail); };
+    }
   }
   ASSIGN_OR_RETURN(box->sandbox, factory_->Start(options));
   auto undo = absl::MakeCleanup([&] { box->sandbox->Destroy(); });

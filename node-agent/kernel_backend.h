@@ -49,6 +49,8 @@ struct KernelBackendOptions {
                              const sandbox::Limits& limits)>
       on_start;
   std::function<void(const std::string& id)> on_destroy;
+  // Each egress request of a sandbox with network, as the proxy decides it (its threads).
+  std::function<void(const std::string& id, bool allowed, const std::string& detail)> on_egress;
   // The probe's last heartbeat, for Probe(); InfinitePast when not given.
   std::function<absl::Time(const std::string& id)> last_heartbeat;
 };

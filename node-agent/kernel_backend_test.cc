@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -184,9 +185,8 @@ TEST_F(KernelBackendTest, InterruptSendsSigintThenKills) {
   Seen polite;
   // The trap proves SIGINT arrived (the shell's own catch-and-exec of a pending SIGINT would
   // otherwise make an immediate interrupt racy); "ready" says the trap is in place.
-  std::string cid =
-      Exec("sb-int", "trap 'echo got-int; exit 7' INT; echo ready; while :; do sleep 0.1; done",
-           polite);
+  std::string cid = Exec(
+      "sb-int", "trap 'echo got-int; exit 7' INT; echo ready; while :; do sleep 0.1; done", polite);
   for (int i = 0; i < 500; ++i) {
     {
       absl::MutexLock l(&polite.mu);
@@ -356,6 +356,37 @@ TEST_F(KernelBackendTest, FilesAreSharedWithCommandsAndStayInside) {
   EXPECT_EQ(backend_->WriteFile("sb-files", "big", std::string(20 << 20, 'x'), 0644).code(),
             absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(backend_->Stat("sb-nope", "x").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(KernelBackendTest, EgressDecisionsAreObserved) {
+  struct Observed {
+    absl::Mutex mu;
+    std::vector<std::tuple<std::string, bool, std::string>> requests;
+  } egress;
+  backend_.reset();
+  KernelBackendOptions options;
+  options.state_dir = state_dir_;
+  options.audit_log = state_dir_ + "/audit.jsonl";
+  options.on_egress = [&egress](const std::string& id, bool allowed, const std::string& detail) {
+    absl::MutexLock l(&egress.mu);
+    egress.requests.emplace_back(id, allowed, detail);
+  };
+  absl::StatusOr<std::unique_ptr<KernelBackend>> backend = KernelBackend::Create(options);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  backend_ = *std::move(backend);
+  SandboxSpec spec = Spec("sb-egress");
+  spec.policy = "network: {allowedDomains: [allowed.example]}";
+  ASSERT_TRUE(backend_->Create(spec).ok());
+  Seen denied;
+  // Through the proxy that the sandbox's environment names; refused before any DNS lookup.
+  Exec("sb-egress", "curl -s -o /dev/null -w '%{http_code}' http://denied.example/", denied);
+  ASSERT_TRUE(denied.Wait());
+  EXPECT_EQ(denied.out, "403");
+  absl::MutexLock l(&egress.mu);
+  ASSERT_EQ(egress.requests.size(), 1u);
+  EXPECT_EQ(std::get<0>(egress.requests[0]), "sb-egress");
+  EXPECT_FALSE(std::get<1>(egress.requests[0]));
+  EXPECT_THAT(std::get<2>(egress.requests[0]), HasSubstr("denied.example"));
 }
 
 // A crashed agent: a child process makes sandboxes, starts commands, and is killed with -9.

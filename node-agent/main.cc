@@ -133,6 +133,9 @@ int Run(int argc, char** argv) {
       return probes.Start(id, box, limits);
     };
     options.on_destroy = [&probes](const std::string& id) { probes.Stop(id); };
+    options.on_egress = [&](const std::string& id, bool allowed, const std::string& detail) {
+      with_service([&](SandboxService& s) { s.ReportEgress(id, allowed, detail); });
+    };
     options.last_heartbeat = [m = monitor->get()](const std::string& id) {
       absl::StatusOr<ProbeHeartbeat> beat = m->LastHeartbeat(id);
       return beat.ok() ? beat->received : absl::InfinitePast();

@@ -177,6 +177,14 @@ void SandboxService::ReportLimit(absl::string_view id, absl::string_view type,
   LogWarning(absl::StrCat("sandbox ", id, ": ", type, " (", resource, "): ", detail));
 }
 
+void SandboxService::ReportEgress(absl::string_view id, bool allowed, absl::string_view detail) {
+  metrics_->AddEgressRequest();
+  if (allowed) return;
+  metrics_->AddEgressDenial();
+  metrics_->AddViolation("egress");
+  events_.Add(clock_->Now(), "violation", id, "egress", detail);
+}
+
 void SandboxService::ReportHeartbeatMissed(absl::string_view id) {
   metrics_->AddHeartbeatMiss();
   LogWarning(absl::StrCat("sandbox ", id, ": its probe missed a heartbeat"));

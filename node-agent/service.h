@@ -73,6 +73,9 @@ class SandboxService {
   void ReportLimit(absl::string_view id, absl::string_view type, absl::string_view resource,
                    absl::string_view detail);  // type: "near_limit" or "killed"
   void ReportHeartbeatMissed(absl::string_view id);
+  // Every egress request (a metric); a denial is also an "egress" violation event. No log line
+  // per request: the audit log has them, and a sandbox could flood the agent's log.
+  void ReportEgress(absl::string_view id, bool allowed, absl::string_view detail);
   void ReportCompromised(absl::string_view id, absl::string_view reason);
   // The sandbox's init ended by itself (killed from the host, or by its probe over a limit):
   // an event, and the sandbox goes to the recycle queue.

@@ -66,13 +66,16 @@ std::string Describe(const AuditRecord& r) {
 class EgressSession::Recorder : public AuditSink {
  public:
   Recorder(std::unique_ptr<AuditLog> log, size_t max_violations, uint32_t lines_per_minute,
-           std::string sandbox_id)
+           std::string sandbox_id,
+           std::function<void(bool allowed, const std::string& detail)> observer)
       : log_(std::move(log)),
         max_violations_(max_violations),
         lines_(lines_per_minute),
-        sandbox_id_(std::move(sandbox_id)) {}
+        sandbox_id_(std::move(sandbox_id)),
+        observer_(std::move(observer)) {}
 
   void Record(const AuditRecord& record) override {
+    if (observer_) observer_(record.allowed, Describe(record));
     const bool written = lines_.TryAcquire();
     if (written) log_->Record(record);
     absl::MutexLock lock(&mu_);
@@ -121,6 +124,7 @@ class EgressSession::Recorder : public AuditSink {
   const size_t max_violations_;
   RateLimiter lines_;
   const std::string sandbox_id_;
+  const std::function<void(bool allowed, const std::string& detail)> observer_;
   absl::Mutex mu_;
   std::vector<sandbox::Violation> violations_ ABSL_GUARDED_BY(mu_);
   size_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
@@ -175,9 +179,9 @@ absl::StatusOr<std::unique_ptr<EgressSession>> EgressSession::Create(const Egres
   // two first.
   const uint32_t rate =
       static_cast<uint32_t>(std::min<uint64_t>(options.requests_per_minute, 1000000));
-  s->recorder_ =
-      std::make_unique<Recorder>(*std::move(log), options.max_violations,
-                                 std::max<uint32_t>(10 * rate, 1000), options.sandbox_id);
+  s->recorder_ = std::make_unique<Recorder>(*std::move(log), options.max_violations,
+                                            std::max<uint32_t>(10 * rate, 1000), options.sandbox_id,
+                                            options.observer);
   s->dns_limiter_ = std::make_unique<RateLimiter>(std::max<uint32_t>(4 * rate, 600));
 
   ProxyConfig config;

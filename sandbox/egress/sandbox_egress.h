@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -52,6 +53,9 @@ struct EgressOptions {
   bool transparent = false;
   std::string audit_log = kDefaultAuditLog;
   size_t max_violations = 64;
+  // Told of every request as it is decided (from the proxy's threads): whether it was allowed,
+  // and the audit line's gist. For a daemon's metrics and events; must not block.
+  std::function<void(bool allowed, const std::string& detail)> observer;
 };
 
 class EgressSession {
