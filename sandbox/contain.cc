@@ -1,5 +1,6 @@
 #include "sandbox/contain.h"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -50,6 +51,22 @@ void CloseAllExcept(int* keep, int n) {
   ::close_range(from, ~0U, 0);
 }
 
+// Replaces init's image (a copy of the whole supervisor) with the small moat-init program, its
+// socket on kReaperSyncFd. Returns if that fails; init then serves in place.
+void ExecInit(const ContainPlan& p) {
+  int exec_fd = p.reaper_exec_fd;
+  if (exec_fd == kReaperSyncFd) exec_fd = ::fcntl(exec_fd, F_DUPFD_CLOEXEC, kReaperSyncFd + 1);
+  if (exec_fd < 0) return;
+  if (p.sync_fd == kReaperSyncFd) {
+    if (::fcntl(kReaperSyncFd, F_SETFD, 0) != 0) return;
+  } else if (::dup2(p.sync_fd, kReaperSyncFd) != kReaperSyncFd) {  // dup2 clears CLOEXEC
+    return;
+  }
+  char* const no_env[] = {nullptr};
+  ::syscall(SYS_execveat, exec_fd, "", p.reaper_argv.data(), no_env, AT_EMPTY_PATH);
+  if (p.sync_fd != kReaperSyncFd) ::close(kReaperSyncFd);
+}
+
 // The command: the last steps, then execve. Never returns.
 [[noreturn]] void RunCommand(const ContainPlan& p) {
   const int err = p.error_fd;
@@ -95,6 +112,9 @@ void ContainPlan::Finalize() {
   envp.clear();
   for (std::string& e : env_storage) envp.push_back(e.data());
   envp.push_back(nullptr);
+  reaper_argv.clear();
+  for (std::string& a : reaper_argv_storage) reaper_argv.push_back(a.data());
+  reaper_argv.push_back(nullptr);
 }
 
 void ContainAndRun(const ContainPlan& p) {
@@ -102,8 +122,9 @@ void ContainAndRun(const ContainPlan& p) {
   // If the supervisor dies, so does the sandbox (and with init, the whole pid namespace).
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   {
-    int keep[MountPlan::kMaxTrees + 5] = {p.stdin_fd, p.stdout_fd, p.stderr_fd, p.sync_fd, err};
-    int n = 5;
+    int keep[MountPlan::kMaxTrees + 6] = {p.stdin_fd, p.stdout_fd, p.stderr_fd,
+                                          p.sync_fd,  err,         p.reaper_exec_fd};
+    int n = 6;
     for (int fd : p.mounts->inherited_fds()) keep[n++] = fd;
     CloseAllExcept(keep, n);
   }
@@ -153,8 +174,9 @@ void ContainAndRun(const ContainPlan& p) {
       }
       ::close(listener);
     }
-    ::close(err);  // EOF: the sandbox is ready
-    RunReaper(p);
+    ::close(err);                            // EOF: the sandbox is ready
+    if (p.reaper_exec_fd >= 0) ExecInit(p);  // returns only if the exec failed
+    RunReaper(p.sync_fd, p.rlimits.data(), p.rlimits.size());
   }
 
   // 7. the command, as pid 2. A raw clone: glibc's fork() would run atfork handlers and take

@@ -53,8 +53,13 @@ struct ContainPlan {
   std::vector<char*> argv;
   std::vector<char*> envp;
 
-  // No command: init installs the filter itself and then serves Exec requests (reaper.h).
+  // No command: init installs the filter itself and then serves Exec requests (reaper.h),
+  // after exec'ing the moat-init program behind `reaper_exec_fd` (an O_PATH fd, kept open until
+  // then) with `reaper_argv_storage` when that is set, else in place.
   bool reaper = false;
+  int reaper_exec_fd = -1;
+  std::vector<std::string> reaper_argv_storage;
+  std::vector<char*> reaper_argv;
 
   const struct sock_fprog* seccomp = nullptr;  // required
   bool seccomp_listener = false;

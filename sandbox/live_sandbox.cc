@@ -1,5 +1,6 @@
 #include "sandbox/live_sandbox.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -46,7 +47,7 @@ void SetEnv(std::vector<std::pair<std::string, std::string>>& env, const std::st
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SandboxFactory>> SandboxFactory::Create() {
+absl::StatusOr<std::unique_ptr<SandboxFactory>> SandboxFactory::Create(std::string init_binary) {
   ASSIGN_OR_RETURN(CgroupLayout layout, DetectCgroupLayout());
   // As in Runner::Create: every process dies with init (pid namespace), no freezer needed.
   layout.v1_mounts.erase("freezer");
@@ -57,8 +58,34 @@ absl::StatusOr<std::unique_ptr<SandboxFactory>> SandboxFactory::Create() {
   absl::StatusOr<SeccompProgram> program = SeccompProgram::Precompiled(options);
   if (!program.ok()) program = SeccompProgram::Build(options);
   if (!program.ok()) return program.status();
-  return std::unique_ptr<SandboxFactory>(
+  auto factory = std::unique_ptr<SandboxFactory>(
       new SandboxFactory(std::move(layout), ids, LastCapability(), *std::move(program)));
+  std::vector<std::string> candidates;
+  if (!init_binary.empty()) {
+    candidates.push_back(init_binary);
+  } else {
+    char self[4096];
+    ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+      std::string dir(self, n);
+      candidates.push_back(dir.substr(0, dir.rfind('/') + 1) + "moat-init");
+    }
+#ifdef MOAT_INIT_BUILD_PATH
+    candidates.push_back(MOAT_INIT_BUILD_PATH);
+#endif
+  }
+  for (const std::string& path : candidates) {
+    UniqueFd fd(::open(path.c_str(), O_PATH | O_CLOEXEC));
+    if (fd) {
+      factory->init_path_ = path;
+      factory->init_fd_ = std::move(fd);
+      break;
+    }
+  }
+  if (!init_binary.empty() && !factory->init_fd_) {
+    return absl::NotFoundError(absl::StrCat("no moat-init program at \"", init_binary, "\""));
+  }
+  return factory;
 }
 
 absl::StatusOr<std::unique_ptr<LiveSandbox>> SandboxFactory::Start(
@@ -86,6 +113,14 @@ absl::StatusOr<std::unique_ptr<LiveSandbox>> SandboxFactory::Start(
   plan.rlimits = PlanRlimits(options.limits.cpu_timeout);
   plan.last_cap = last_cap_;
   plan.reaper = true;
+  if (init_fd_) {
+    plan.reaper_exec_fd = init_fd_.get();
+    plan.reaper_argv_storage = {"moat-init", absl::StrCat("--sync-fd=", kReaperSyncFd)};
+    for (const RlimitSetting& r : plan.rlimits) {
+      plan.reaper_argv_storage.push_back(
+          absl::StrCat("--rlimit=", r.resource, ":", r.limit.rlim_cur, ":", r.limit.rlim_max));
+    }
+  }
   plan.seccomp = seccomp_.fprog();
   plan.seccomp_listener = seccomp_.notifies();
   plan.Finalize();

@@ -107,7 +107,9 @@ class LiveSandbox {
 // seccomp program. Thread-safe: Start may run on many threads at once.
 class SandboxFactory {
  public:
-  static absl::StatusOr<std::unique_ptr<SandboxFactory>> Create();
+  // `init_binary`: the moat-init program (reaper.h); empty: the one next to the running
+  // program, else this build's. Without one, init serves in place (more memory per sandbox).
+  static absl::StatusOr<std::unique_ptr<SandboxFactory>> Create(std::string init_binary = "");
 
   // Makes a sandbox and returns once its init waits for commands. Any failing step is an error
   // naming it, and nothing of the sandbox is left.
@@ -115,11 +117,15 @@ class SandboxFactory {
 
   const CgroupLayout& cgroup_layout() const { return layout_; }
   const IdMapping& ids() const { return ids_; }
+  // The moat-init program sandboxes exec, or "" if they serve in place.
+  const std::string& init_binary() const { return init_path_; }
 
  private:
   SandboxFactory(CgroupLayout layout, IdMapping ids, int last_cap, SeccompProgram seccomp)
       : layout_(std::move(layout)), ids_(ids), last_cap_(last_cap), seccomp_(std::move(seccomp)) {}
 
+  std::string init_path_;
+  UniqueFd init_fd_;  // O_PATH of init_path_
   const CgroupLayout layout_;
   const IdMapping ids_;
   const int last_cap_;

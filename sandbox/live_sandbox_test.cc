@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -213,6 +214,41 @@ TEST_F(LiveSandboxTest, InitEndsWhenTheSupervisorLetsGo) {
   struct pollfd pfd = {dup, POLLIN, 0};
   EXPECT_EQ(::poll(&pfd, 1, 5000), 1) << "init still runs after the supervisor's socket closed";
   ::close(dup);
+}
+
+TEST_F(LiveSandboxTest, InitIsTheSmallMoatInitAndCannotBeInspected) {
+  ASSERT_FALSE(factory_->init_binary().empty()) << "moat-init was not found";
+  std::unique_ptr<LiveSandbox> box = Start("init");
+  ASSERT_NE(box, nullptr);
+  char exe[4096] = {};
+  ASSERT_GT(::readlink(absl::StrCat("/proc/", box->pid(), "/exe").c_str(), exe, sizeof(exe) - 1),
+            0);
+  EXPECT_THAT(std::string(exe), ::testing::EndsWith("/moat-init"));
+  // Its page tables are its own small ones, not a copy of this test process's.
+  std::ifstream status(absl::StrCat("/proc/", box->pid(), "/status"));
+  std::string line;
+  long pte_kib = -1;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmPTE:", 0) == 0) pte_kib = std::stol(line.substr(6));
+  }
+  EXPECT_GE(pte_kib, 0);
+  EXPECT_LE(pte_kib, 64);
+  // Commands run as the same uid as init, but init is not dumpable: its memory, environment
+  // and executable are out of reach.
+  Outcome peek = RunIn(*box, 1,
+                       {"/bin/sh", "-c",
+                        "cat /proc/1/environ; cat /proc/1/maps; "
+                        "readlink /proc/1/exe; echo done"});
+  EXPECT_EQ(peek.out, "done\n");
+  EXPECT_THAT(peek.err, HasSubstr("Permission denied"));
+  // Commands still start and see their environment.
+  Outcome env = RunIn(*box, 2, {"/bin/sh", "-c", "echo $HOME"});
+  EXPECT_EQ(env.out, "/tmp\n");
+}
+
+TEST_F(LiveSandboxTest, AMissingInitProgramIsAnError) {
+  EXPECT_EQ(SandboxFactory::Create("/no/such/moat-init").status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST_F(LiveSandboxTest, RootComesFromTheGivenDirectory) {

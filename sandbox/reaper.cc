@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -13,7 +14,6 @@
 #include <cstring>
 
 #include "sandbox/child_exec.h"
-#include "sandbox/child_failure.h"
 #include "sandbox/rlimits.h"
 
 namespace moat::sandbox {
@@ -46,29 +46,51 @@ void SendStarted(int sync_fd, uint32_t seq, pid_t pid, int error, const char* st
   Send(sync_fd, event);
 }
 
+// What the command's side of the clone hands back to init. The clone shares init's memory
+// (CLONE_VM) and init waits until it has exec'd or exited (CLONE_VFORK), so a failure is simply
+// written here; a successful execve leaves it untouched.
+struct StartFailure {
+  const char* step;
+  int error;
+};
+StartFailure start_failure;
+
+struct CommandStart {
+  const RlimitSetting* rlimits;
+  size_t n_rlimits;
+  const int* fds;
+  const char* cwd;
+  const char* search_path;
+};
+
+// The child's stack: with CLONE_VM it must not run on init's.
+alignas(64) char command_stack[64 * 1024];
+
+[[noreturn]] void Fail(const char* step, int error, int code) {
+  start_failure = {step, error};
+  ::_exit(code);
+}
+
 // The command's side of the clone: the last steps, then execve. Never returns.
-[[noreturn]] void BecomeCommand(const ContainPlan& plan, const int fds[3], const char* cwd,
-                                const char* search_path, int error_fd) {
-  if (::setsid() < 0)
-    ReportChildFailure(error_fd, "new session (setsid)", nullptr, errno), _exit(125);
+int BecomeCommand(void* arg) {
+  const CommandStart& c = *static_cast<const CommandStart*>(arg);
+  if (::setsid() < 0) Fail("new session (setsid)", errno, 125);
   ResetSignals();
-  if (::dup2(fds[0], 0) < 0 || ::dup2(fds[1], 1) < 0 || ::dup2(fds[2], 2) < 0) {
-    ReportChildFailure(error_fd, "connect standard input and output", nullptr, errno);
-    ::_exit(125);
+  if (::dup2(c.fds[0], 0) < 0 || ::dup2(c.fds[1], 1) < 0 || ::dup2(c.fds[2], 2) < 0) {
+    Fail("connect standard input and output", errno, 125);
   }
-  if (::chdir(cwd) != 0) {
-    ReportChildFailure(error_fd, "change to the working directory", nullptr, errno);
-    ::_exit(125);
+  if (::chdir(c.cwd) != 0) Fail("change to the working directory", errno, 125);
+  for (size_t i = 0; i < c.n_rlimits; ++i) {
+    if (::setrlimit(c.rlimits[i].resource, &c.rlimits[i].limit) != 0) {
+      Fail("set resource limit", errno, 125);
+    }
   }
-  if (!ApplyRlimits(plan.rlimits, error_fd)) ::_exit(125);
   if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
-    ReportChildFailure(error_fd, "mark descriptors close-on-exec (close_range)", nullptr, errno);
-    ::_exit(125);
+    Fail("mark descriptors close-on-exec (close_range)", errno, 125);
   }
-  ExecSearchingPath(argv[0], argv, envp, search_path);
+  ExecSearchingPath(argv[0], argv, envp, c.search_path);
   const int e = errno;
-  ReportChildFailure(error_fd, "execve", nullptr, e);
-  ::_exit(e == ENOENT ? 127 : 126);
+  Fail("execve", e, e == ENOENT ? 127 : 126);
 }
 
 // Splits the request's strings into cwd, argv and envp; false if they do not add up.
@@ -101,9 +123,8 @@ bool ParseStrings(const ReaperRequest& req, size_t len, const char** cwd,
   return at == end;
 }
 
-void StartCommand(const ContainPlan& plan, const ReaperRequest& req, size_t strings_len,
-                  const int fds[3]) {
-  const int sync_fd = plan.sync_fd;
+void StartCommand(int sync_fd, const RlimitSetting* rlimits, size_t n_rlimits,
+                  const ReaperRequest& req, size_t strings_len, const int fds[3]) {
   const char* cwd = nullptr;
   const char* search_path = nullptr;
   if (!ParseStrings(req, strings_len, &cwd, &search_path)) {
@@ -121,38 +142,21 @@ void StartCommand(const ContainPlan& plan, const ReaperRequest& req, size_t stri
     SendStarted(sync_fd, req.seq, 0, EAGAIN, "too many commands running");
     return;
   }
-  int error_pipe[2];
-  if (::pipe2(error_pipe, O_CLOEXEC) != 0) {
-    SendStarted(sync_fd, req.seq, 0, errno, "create the start pipe");
-    return;
-  }
-  // A raw clone, as for init itself: no atfork handlers, nothing that could take a lock.
-  long pid = ::syscall(SYS_clone, SIGCHLD, nullptr, nullptr, nullptr, nullptr);
-  if (pid == 0) {
-    ::close(error_pipe[0]);
-    BecomeCommand(plan, fds, cwd, search_path, error_pipe[1]);
-  }
-  const int clone_errno = errno;
-  ::close(error_pipe[1]);
+  // A vfork-style clone: no copy of init's page tables (init is itself a copy of the whole
+  // supervisor, so a fork of it costs about a millisecond), and init sleeps until the command
+  // has exec'd or failed, so it knows which without a pipe.
+  start_failure = {nullptr, 0};
+  CommandStart start = {rlimits, n_rlimits, fds, cwd, search_path};
+  const int pid = ::clone(BecomeCommand, command_stack + sizeof(command_stack),
+                          CLONE_VM | CLONE_VFORK | SIGCHLD, &start);
   if (pid < 0) {
-    ::close(error_pipe[0]);
-    SendStarted(sync_fd, req.seq, 0, clone_errno, "start the command (clone)");
+    SendStarted(sync_fd, req.seq, 0, errno, "start the command (clone)");
     return;
   }
   slot->seq = req.seq;
   slot->pid = static_cast<pid_t>(pid);
-  ChildFailure failure;
-  ssize_t n;
-  do {
-    n = ::read(error_pipe[0], &failure, sizeof(failure));
-  } while (n < 0 && errno == EINTR);
-  ::close(error_pipe[0]);
-  if (n == static_cast<ssize_t>(sizeof(failure))) {
-    // Its exit (126/127 after a failed execve, 125 before) still comes as an Exited event.
-    SendStarted(sync_fd, req.seq, static_cast<pid_t>(pid), failure.error, failure.step);
-  } else {
-    SendStarted(sync_fd, req.seq, static_cast<pid_t>(pid), 0, nullptr);
-  }
+  // A failed start still ends with an Exited event (126/127 after execve, 125 before).
+  SendStarted(sync_fd, req.seq, static_cast<pid_t>(pid), start_failure.error, start_failure.step);
 }
 
 void SignalCommand(const ReaperRequest& req) {
@@ -195,8 +199,7 @@ void CloseReceived(const int fds[3]) {
 
 }  // namespace
 
-void RunReaper(const ContainPlan& plan) {
-  const int sync_fd = plan.sync_fd;
+void RunReaper(int sync_fd, const RlimitSetting* rlimits, size_t n_rlimits) {
   // Keep nothing but the socket: the setup's descriptors (pipes of the start handshake) must not
   // reach commands, and are closed on exec anyway.
   ::close_range(0, sync_fd - 1, 0);
@@ -252,7 +255,7 @@ void RunReaper(const ContainPlan& plan) {
       if (fds[0] < 0) {
         SendStarted(sync_fd, req.seq, 0, EBADF, "receive the command's standard streams");
       } else {
-        StartCommand(plan, req, static_cast<size_t>(n) - sizeof(req), fds);
+        StartCommand(sync_fd, rlimits, n_rlimits, req, static_cast<size_t>(n) - sizeof(req), fds);
       }
     } else if (req.op == ReaperOp::kSignal) {
       SignalCommand(req);

@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "sandbox/contain.h"
+#include "sandbox/rlimits.h"
 
 namespace moat::sandbox {
 
@@ -56,7 +57,15 @@ inline constexpr size_t kReaperMaxArgs = 4096;      // argc + envc
 inline constexpr size_t kReaperMaxCommands = 1024;  // running at once
 
 // Runs in init once its setup is done (privileges dropped, seccomp installed). Never returns:
-// exits when the supervisor closes its end of `plan.sync_fd`.
-[[noreturn]] void RunReaper(const ContainPlan& plan);
+// exits when the supervisor closes its end of `sync_fd`. Commands get `rlimits` (n of them).
+//
+// Init is a clone of the supervisor: its page tables are a copy of a whole daemon's (~350 KiB
+// for moat-agent). So when the plan names it, init execs the small static `moat-init` program
+// (init_main.cc), which calls this with what its command line says; otherwise init runs it in
+// place.
+[[noreturn]] void RunReaper(int sync_fd, const RlimitSetting* rlimits, size_t n);
+
+// moat-init's command line: "--sync-fd=N" and one "--rlimit=RESOURCE:SOFT:HARD" per setting.
+inline constexpr int kReaperSyncFd = 3;  // where init puts its socket before the exec
 
 }  // namespace moat::sandbox
