@@ -177,9 +177,9 @@ TEST_F(AgentE2eTest, KilledAgentLeavesNothingAfterRestart) {
 }
 
 // Many concurrent commands for a while: no failures, and no growth in the agent's descriptors
-// or memory, in host mounts or in cgroups. MOAT_AGENT_LOAD_SECONDS sets the duration (60 s).
+// or memory, in host mounts or in cgroups. MOAT_AGENT_LOAD_SECONDS sets the duration (120 s).
 TEST_F(AgentE2eTest, LoadWithoutLeaks) {
-  int seconds = 60;
+  int seconds = 120;
   if (const char* env = std::getenv("MOAT_AGENT_LOAD_SECONDS")) absl::SimpleAtoi(env, &seconds);
   std::unique_ptr<AgentProcess> agent = StartAgent({.pool_floor = 2, .pool_ceiling = 4});
   ASSERT_NE(agent, nullptr);
