@@ -178,8 +178,7 @@ class ExecdApi::Hooks {
  private:
   void Transition(const std::string& id, SandboxState from, SandboxState to)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    absl::StatusOr<SandboxRecord> record = registry_->Get(id);
-    if (record.ok() && record->state == from) registry_->SetState(id, to).IgnoreError();
+    registry_->CompareAndSetState(id, from, to);
   }
 
   absl::Mutex mu_;

@@ -83,6 +83,16 @@ absl::Status Registry::SetState(absl::string_view id, SandboxState state) {
   return absl::OkStatus();
 }
 
+bool Registry::CompareAndSetState(absl::string_view id, SandboxState from, SandboxState to) {
+  absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  auto it = records_.find(id);
+  if (it == records_.end() || it->second.state != from) return false;
+  it->second.state = to;
+  it->second.last_transition = now;
+  return true;
+}
+
 absl::StatusOr<SandboxRecord> Registry::BeginRecycle(absl::string_view id) {
   absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);

@@ -58,6 +58,9 @@ class Registry {
   absl::StatusOr<SandboxRecord> Get(absl::string_view id) const;
   std::vector<SandboxRecord> List() const;  // Sorted by creation time, then id.
   absl::Status SetState(absl::string_view id, SandboxState state);
+  // Sets `to` only if the state is `from`, atomically (a delete that begins meanwhile wins).
+  // Returns whether it did.
+  bool CompareAndSetState(absl::string_view id, SandboxState from, SandboxState to);
   // Moves a ready, running or failed sandbox to recycling. FailedPrecondition if it is still
   // being created (its backend Create has not returned) or already recycling.
   absl::StatusOr<SandboxRecord> BeginRecycle(absl::string_view id);

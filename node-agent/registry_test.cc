@@ -104,5 +104,20 @@ TEST_F(RegistryTest, TokensMatchOnlyTheirSandbox) {
   EXPECT_FALSE(registry_.TokenMatches("sb-3", "token-of-sb-3"));
 }
 
+TEST_F(RegistryTest, CompareAndSetStateOnlyFromTheExpectedState) {
+  SandboxRecord record = Record("sb-cas", clock_.Now() + absl::Minutes(1));
+  record.state = SandboxState::kReady;
+  ASSERT_TRUE(registry_.Insert(record).ok());
+  EXPECT_TRUE(registry_.CompareAndSetState("sb-cas", SandboxState::kReady, SandboxState::kRunning));
+  EXPECT_EQ(registry_.Get("sb-cas")->state, SandboxState::kRunning);
+  // A delete began: the command's end must not put it back to ready.
+  ASSERT_TRUE(registry_.BeginRecycle("sb-cas").ok());
+  EXPECT_FALSE(
+      registry_.CompareAndSetState("sb-cas", SandboxState::kRunning, SandboxState::kReady));
+  EXPECT_EQ(registry_.Get("sb-cas")->state, SandboxState::kRecycling);
+  EXPECT_FALSE(
+      registry_.CompareAndSetState("sb-none", SandboxState::kReady, SandboxState::kRunning));
+}
+
 }  // namespace
 }  // namespace moat::agent
