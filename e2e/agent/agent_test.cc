@@ -264,6 +264,33 @@ TEST_F(AgentE2eTest, LoadWithoutLeaks) {
               churned.load());
 }
 
+// What the kernel refuses inside is reported from outside: each forbidden call is a violation
+// event with the sandbox's id, and a metric; the command sees the call fail and goes on.
+TEST_F(AgentE2eTest, ForbiddenSyscallsBecomeViolationEvents) {
+  std::unique_ptr<AgentProcess> agent = StartAgent();
+  ASSERT_NE(agent, nullptr);
+  auto sandbox = agent->CreateSandbox(
+      R"({"profile": "default", "ttl_seconds": 600, "env": {"GREETING": "hello"}})");
+  ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+  const auto& [id, token] = *sandbox;
+  CommandRun run = agent->Run(
+      id, token, "echo $GREETING; unshare -U true; mount -t tmpfs x /tmp; echo after=$?");
+  EXPECT_EQ(run.stdout_text, "hello\nafter=32\n");  // the create-time env; mount failed
+  std::set<std::string> seen;
+  for (int i = 0; i < 100 && seen.size() < 2; ++i) {
+    auto [code, events] = agent->Node("GET", "/v1/events");
+    ASSERT_EQ(code, 200);
+    for (const auto& e : events["events"]) {
+      if (e["sandbox_id"] == id && e["type"] == "violation" && e["kind"] == "syscall") {
+        seen.insert(e["detail"].get<std::string>());
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_THAT(seen, ::testing::UnorderedElementsAre("unshare", "mount"));
+  EXPECT_THAT(agent->Metrics(), HasSubstr("moat_violations_total{kind=\"syscall\"} 2"));
+}
+
 // A probe that stops answering (SIGSTOP) makes its sandbox compromised after three missed
 // heartbeats: killed, recycled, reported as an event, a log line and a metric.
 TEST_F(AgentE2eTest, StoppedProbeMeansCompromised) {
