@@ -291,6 +291,30 @@ TEST_F(AgentE2eTest, ForbiddenSyscallsBecomeViolationEvents) {
   EXPECT_THAT(agent->Metrics(), HasSubstr("moat_violations_total{kind=\"syscall\"} 2"));
 }
 
+// A command over the memory limit is killed by the kernel; its probe reports it as a memory
+// violation, and the sandbox, its /workspace included, lives on for the next command.
+TEST_F(AgentE2eTest, MemoryBombIsAViolationAndTheSandboxLivesOn) {
+  std::unique_ptr<AgentProcess> agent = StartAgent({.heartbeat = "200ms"});
+  ASSERT_NE(agent, nullptr);
+  auto sandbox = agent->CreateSandbox();
+  ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+  const auto& [id, token] = *sandbox;
+  CommandRun bomb = agent->Run(
+      id, token, "echo kept > /workspace/k; python3 -c 'x = bytearray(1 << 30)'; echo rc=$?");
+  EXPECT_THAT(bomb.stdout_text, HasSubstr("rc=137"));  // SIGKILL from the OOM killer
+  bool reported = false;
+  for (int i = 0; i < 100 && !reported; ++i) {
+    auto [code, events] = agent->Node("GET", "/v1/events");
+    for (const auto& e : events["events"]) {
+      reported |= e["sandbox_id"] == id && e["kind"] == "memory" &&
+                  absl::StrContains(e["detail"].get<std::string>(), "OOM killer");
+    }
+    if (!reported) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(reported);
+  EXPECT_EQ(agent->Run(id, token, "cat /workspace/k").stdout_text, "kept\n");
+}
+
 // A probe that stops answering (SIGSTOP) makes its sandbox compromised after three missed
 // heartbeats: killed, recycled, reported as an event, a log line and a metric.
 TEST_F(AgentE2eTest, StoppedProbeMeansCompromised) {

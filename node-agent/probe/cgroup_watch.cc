@@ -35,6 +35,8 @@ absl::StatusOr<CgroupWatch> CgroupWatch::Open(const std::vector<std::string>& di
     open_first(watch.tasks_, dir, "pids.current");
     open_first(watch.memory_, dir, "memory.current") ||
         open_first(watch.memory_, dir, "memory.usage_in_bytes");
+    open_first(watch.oom_, dir, "memory.events") ||
+        open_first(watch.oom_, dir, "memory.oom_control");
     // v1's cpu.stat holds throttling counts, not usage: there CPU time is cpuacct.usage.
     if (fs::Exists(dir + "/cgroup.controllers")) {
       if (open_first(watch.cpu_, dir, "cpu.stat")) watch.cpu_is_v2_stat_ = true;
@@ -61,6 +63,12 @@ absl::StatusOr<CgroupSample> CgroupWatch::Read() const {
   if (memory_) {
     ASSIGN_OR_RETURN(std::string text, fs::PreadFile(memory_->fd.get(), memory_->path));
     ASSIGN_OR_RETURN(sample.memory_bytes, fs::ParseCount(text, memory_->path));
+  }
+  if (oom_) {
+    ASSIGN_OR_RETURN(std::string text, fs::PreadFile(oom_->fd.get(), oom_->path));
+    // Older kernels' memory.oom_control has no oom_kill line: no figure then.
+    absl::StatusOr<uint64_t> kills = fs::KeyedValue(text, "oom_kill", oom_->path);
+    if (kills.ok()) sample.oom_kills = *kills;
   }
   if (cpu_) {
     ASSIGN_OR_RETURN(std::string text, fs::PreadFile(cpu_->fd.get(), cpu_->path));

@@ -20,6 +20,9 @@ struct CgroupSample {
   std::optional<uint64_t> tasks;         // pids.current: threads count against pids.max
   std::optional<uint64_t> memory_bytes;  // memory.current (v2), memory.usage_in_bytes (v1)
   std::optional<uint64_t> cpu_ns;        // cpu.stat usage_usec (v2), cpuacct.usage (v1)
+  // Processes the OOM killer ended at the memory limit, since the cgroup was made:
+  // memory.events (v2) or memory.oom_control (v1), "oom_kill N".
+  std::optional<uint64_t> oom_kills;
 };
 
 class CgroupWatch {
@@ -44,6 +47,7 @@ class CgroupWatch {
   std::optional<File> tasks_;
   std::optional<File> memory_;
   std::optional<File> cpu_;
+  std::optional<File> oom_;
   bool cpu_is_v2_stat_ = false;  // cpu.stat (microseconds, keyed) rather than cpuacct.usage (ns)
   std::string kill_file_;        // cgroup.kill, or "" without one
 };

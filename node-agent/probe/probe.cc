@@ -66,6 +66,10 @@ absl::StatusOr<std::unique_ptr<Probe>> Probe::Create(const ProbeConfig& config) 
   ASSIGN_OR_RETURN(CgroupWatch cgroup, CgroupWatch::Open(config.cgroup_dirs));
   std::unique_ptr<Probe> probe(
       new Probe(config, std::move(pidfd), pid, std::move(channel), std::move(cgroup)));
+  // The OOM kill count from before the probe (a reused v1 cgroup's) is nobody's violation.
+  if (absl::StatusOr<CgroupSample> first = probe->cgroup_.Read(); first.ok()) {
+    probe->oom_kills_ = first->oom_kills;
+  }
   if (config.seccomp_fd >= 0) {
     probe->seccomp_fd_.reset(config.seccomp_fd);
     ::fcntl(config.seccomp_fd, F_SETFD, FD_CLOEXEC);
@@ -127,6 +131,18 @@ void Probe::CheckLimits(const CgroupSample& sample) {
   if (config_.cpu_seconds_max && sample.cpu_ns) {
     const double seconds = static_cast<double>(*sample.cpu_ns) / 1e9;
     if (seconds > *config_.cpu_seconds_max) Kill("cpu", seconds, *config_.cpu_seconds_max);
+  }
+  // The kernel's own enforcement of the memory limit: each process its OOM killer ended is a
+  // violation, as `moat run` reports it. The sandbox lives on.
+  if (sample.oom_kills) {
+    if (*sample.oom_kills > oom_kills_.value_or(0)) {
+      channel_.Send({{"type", "violation"},
+                     {"kind", "memory"},
+                     {"detail", absl::StrCat(*sample.oom_kills - oom_kills_.value_or(0),
+                                             " process(es) killed by the OOM killer at the "
+                                             "memory limit")}});
+    }
+    oom_kills_ = sample.oom_kills;
   }
   // The kernel enforces memory.max itself; usage above it means it did not (a v1 hierarchy
   // without swap accounting, a limit that could not be written).

@@ -62,6 +62,7 @@ class Probe {
   bool memory_near_ = false;
   bool pids_near_ = false;
   bool killed_ = false;
+  std::optional<uint64_t> oom_kills_;  // at the last tick; the first reading is the baseline
   std::string last_error_;  // reported once until it changes, so a broken file is not a flood
 };
 
