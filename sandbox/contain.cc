@@ -174,8 +174,10 @@ void ContainAndRun(const ContainPlan& p) {
       }
       ::close(listener);
     }
-    ::close(err);                            // EOF: the sandbox is ready
+    // EOF on the error pipe tells the supervisor the sandbox is ready: a successful exec closes
+    // it (close-on-exec), so its init is already moat-init by then; else it is closed here.
     if (p.reaper_exec_fd >= 0) ExecInit(p);  // returns only if the exec failed
+    ::close(err);
     RunReaper(p.sync_fd, p.rlimits.data(), p.rlimits.size());
   }
 
