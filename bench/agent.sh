@@ -59,43 +59,10 @@ profiles:
     pool: {floor: $pool, ceiling: $pool}
 YAML
 
-# crun's bundle, as bench/run.sh makes it (see there for what it holds); agent_bench writes
-# one config per command from it.
-mkdir -p "$tmp/bundle/rootfs"
-cat >"$tmp/bundle/config.json" <<'JSON'
-{
-  "ociVersion": "1.0.0",
-  "process": {
-    "terminal": false,
-    "user": {"uid": 0, "gid": 0},
-    "args": ["/bin/true"],
-    "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-    "cwd": "/",
-    "noNewPrivileges": true
-  },
-  "root": {"path": "rootfs", "readonly": true},
-  "hostname": "moat-bench",
-  "mounts": [
-    {"destination": "/proc", "type": "proc", "source": "proc"},
-    {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
-     "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
-    {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
-     "options": ["nosuid", "nodev", "mode=1777"]}
-  ],
-  "linux": {
-    "uidMappings": [{"containerID": 0, "hostID": 65534, "size": 1}],
-    "gidMappings": [{"containerID": 0, "hostID": 65534, "size": 1}],
-    "namespaces": [
-      {"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"},
-      {"type": "mount"}, {"type": "user"}, {"type": "cgroup"}
-    ],
-    "maskedPaths": ["/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
-                    "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
-                    "/proc/sched_debug", "/sys/firmware", "/proc/scsi"],
-    "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
-  }
-}
-JSON
+# crun's bundle, the same as bench/run.sh's; agent_bench writes one config per command from it.
+# shellcheck source=bench/crun_bundle.sh
+. "$repo/bench/crun_bundle.sh"
+write_crun_bundle "$tmp/bundle"
 
 cd "$tmp"
 "$agent_bin" --config "$tmp/agent.yaml" 2>"$tmp/agent.log" &

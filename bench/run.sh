@@ -30,46 +30,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# crun's bundle. process.args is filled in per command by startup_bench (config.N.json). Like
-# moat's sandbox: host root read-only, root inside mapped to nobody outside, new pid, net, ipc,
-# uts, mount, user and cgroup namespaces, fresh /proc, a minimal /dev, tmpfs /tmp, no
-# capabilities, no new privileges, and the usual masked and read-only /proc and /sys paths of
-# `crun spec`.
-mkdir -p "$tmp/bundle/rootfs"
-cat >"$tmp/bundle/config.json" <<'EOF'
-{
-  "ociVersion": "1.0.0",
-  "process": {
-    "terminal": false,
-    "user": {"uid": 0, "gid": 0},
-    "args": ["/bin/true"],
-    "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-    "cwd": "/",
-    "noNewPrivileges": true
-  },
-  "root": {"path": "rootfs", "readonly": true},
-  "hostname": "moat-bench",
-  "mounts": [
-    {"destination": "/proc", "type": "proc", "source": "proc"},
-    {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
-     "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
-    {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
-     "options": ["nosuid", "nodev", "mode=1777"]}
-  ],
-  "linux": {
-    "uidMappings": [{"containerID": 0, "hostID": 65534, "size": 1}],
-    "gidMappings": [{"containerID": 0, "hostID": 65534, "size": 1}],
-    "namespaces": [
-      {"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"},
-      {"type": "mount"}, {"type": "user"}, {"type": "cgroup"}
-    ],
-    "maskedPaths": ["/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
-                    "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
-                    "/proc/sched_debug", "/sys/firmware", "/proc/scsi"],
-    "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
-  }
-}
-EOF
+# crun's bundle (bench/crun_bundle.sh says what it holds).
+# shellcheck source=bench/crun_bundle.sh
+. "$repo/bench/crun_bundle.sh"
+write_crun_bundle "$tmp/bundle"
 
 cd "$tmp"
 echo "bench/run.sh: crun bundle $tmp/bundle: host root read-only, root mapped to uid 65534," \

@@ -301,16 +301,9 @@ absl::StatusOr<CreatedSandbox> KernelBackend::Create(const SandboxSpec& spec) {
   options.mounts.hidden_paths.push_back(egress::kStateDir);
   options.mounts.hidden_paths.push_back(options_.audit_log);
   if (!policy.allowed_domains.empty()) {
-    egress::EgressOptions& e = options.egress.emplace();
+    egress::EgressOptions& e =
+        options.egress.emplace(egress::EgressOptionsFor(policy, options_.audit_log));
     e.sandbox_id = spec.id;
-    e.allowed_domains = policy.allowed_domains;
-    e.denied_domains = policy.denied_domains;
-    e.allowed_cidrs = policy.allowed_cidrs;
-    e.dns_servers = policy.dns_servers;
-    e.max_request_body_bytes = policy.egress.max_request_body_bytes;
-    e.requests_per_minute = policy.egress.requests_per_minute;
-    e.transparent = policy.transparent;
-    e.audit_log = options_.audit_log;
     if (options_.on_egress) {
       e.observer = [cb = options_.on_egress, id = spec.id](
                        bool allowed, const std::string& detail) { cb(id, allowed, detail); };

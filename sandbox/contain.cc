@@ -51,6 +51,23 @@ void CloseAllExcept(int* keep, int n) {
   ::close_range(from, ~0U, 0);
 }
 
+// Installs the plan's seccomp filter in this process and hands its listener (if the filter
+// notifies) to the supervisor over the sync socket. Exits 125 with a report if either fails.
+void InstallSeccompOrExit(const ContainPlan& p, int err) {
+  int listener = InstallSeccompProgram(p.seccomp, p.seccomp_listener);
+  if (listener < 0) {
+    ReportChildFailure(err, "seccomp: install the filter", nullptr, -listener);
+    ::_exit(125);
+  }
+  if (p.seccomp_listener) {
+    if (!SendFd(p.sync_fd, listener, kListenerTag)) {
+      ReportChildFailure(err, "seccomp: hand the listener to the supervisor", nullptr, errno);
+      ::_exit(125);
+    }
+    ::close(listener);
+  }
+}
+
 // Replaces init's image (a copy of the whole supervisor) with the small moat-init program, its
 // socket on kReaperSyncFd. Returns if that fails; init then serves in place.
 void ExecInit(const ContainPlan& p) {
@@ -85,18 +102,7 @@ void ExecInit(const ContainPlan& p) {
   }
   // Seccomp last: from here on only the filter's allowlist works (sendmsg, close, execve are on
   // it).
-  int listener = InstallSeccompProgram(p.seccomp, p.seccomp_listener);
-  if (listener < 0) {
-    ReportChildFailure(err, "seccomp: install the filter", nullptr, -listener);
-    ::_exit(125);
-  }
-  if (p.seccomp_listener) {
-    if (!SendFd(p.sync_fd, listener, kListenerTag)) {
-      ReportChildFailure(err, "seccomp: hand the listener to the supervisor", nullptr, errno);
-      ::_exit(125);
-    }
-    ::close(listener);
-  }
+  InstallSeccompOrExit(p, err);
   ExecSearchingPath(p.argv[0], p.argv.data(), p.envp.data(), p.search_path.c_str());
   int e = errno;
   ReportChildFailure(err, "execve", p.argv[0], e);
@@ -162,18 +168,7 @@ void ContainAndRun(const ContainPlan& p) {
     // thread happened to clone it.
     ::prctl(PR_SET_PDEATHSIG, 0);
     // One filter for init and, inherited, for every command: installed once, not per command.
-    int listener = InstallSeccompProgram(p.seccomp, p.seccomp_listener);
-    if (listener < 0) {
-      ReportChildFailure(err, "seccomp: install the filter", nullptr, -listener);
-      ::_exit(125);
-    }
-    if (p.seccomp_listener) {
-      if (!SendFd(p.sync_fd, listener, kListenerTag)) {
-        ReportChildFailure(err, "seccomp: hand the listener to the supervisor", nullptr, errno);
-        ::_exit(125);
-      }
-      ::close(listener);
-    }
+    InstallSeccompOrExit(p, err);
     // EOF on the error pipe tells the supervisor the sandbox is ready: a successful exec closes
     // it (close-on-exec), so its init is already moat-init by then; else it is closed here.
     if (p.reaper_exec_fd >= 0) ExecInit(p);  // returns only if the exec failed

@@ -68,15 +68,7 @@ absl::StatusOr<sandbox::RunRequest> BuildRequest(const RunFlags& flags) {
   request.limits = policy.limits;
   if (!policy.allowed_domains.empty()) {
     // No allowed domain, no network: the sandbox keeps only its loopback and no proxy runs.
-    egress::EgressOptions& e = request.egress.emplace();
-    e.allowed_domains = policy.allowed_domains;
-    e.denied_domains = policy.denied_domains;
-    e.allowed_cidrs = policy.allowed_cidrs;
-    e.dns_servers = policy.dns_servers;
-    e.max_request_body_bytes = policy.egress.max_request_body_bytes;
-    e.requests_per_minute = policy.egress.requests_per_minute;
-    e.transparent = policy.transparent;
-    if (audit_log) e.audit_log = *audit_log;
+    request.egress = egress::EgressOptionsFor(policy, audit_log.value_or(egress::kDefaultAuditLog));
   }
   request.mounts = std::move(mounts);
   request.capture = flags.json;

@@ -30,6 +30,7 @@
 #include "sandbox/egress/resolver.h"
 #include "sandbox/egress/rules.h"
 #include "sandbox/egress/sk_lookup.h"
+#include "sandbox/policy.h"
 #include "sandbox/result.h"
 #include "sandbox/util/unique_fd.h"
 
@@ -57,6 +58,10 @@ struct EgressOptions {
   // and the audit line's gist. For a daemon's metrics and events; must not block.
   std::function<void(bool allowed, const std::string& detail)> observer;
 };
+
+// The options of a sandbox whose policy allows domains: the policy's network settings, the
+// audit log. Callers add the sandbox's id and anything of their own (an observer).
+EgressOptions EgressOptionsFor(const sandbox::Policy& policy, const std::string& audit_log);
 
 class EgressSession {
  public:
