@@ -330,6 +330,10 @@ absl::StatusOr<CreatedSandbox> KernelBackend::Create(const SandboxSpec& spec) {
   }
   auto unrecord = absl::MakeCleanup([&] { ::unlink(box->record_path.c_str()); });
   if (options_.on_start) RETURN_IF_ERROR(options_.on_start(spec.id, *box->sandbox, box->limits));
+  // From here a failure also stops what on_start started (the probe), before `undo` runs.
+  auto unstart = absl::MakeCleanup([&] {
+    if (options_.on_destroy) options_.on_destroy(spec.id);
+  });
   {
     absl::MutexLock lock(&mu_);
     if (boxes_.contains(spec.id)) {
@@ -341,6 +345,7 @@ absl::StatusOr<CreatedSandbox> KernelBackend::Create(const SandboxSpec& spec) {
   }
   std::move(undo).Cancel();
   std::move(unrecord).Cancel();
+  std::move(unstart).Cancel();
   return CreatedSandbox{.path = StartPath::kCold, .start_duration = absl::Now() - begin};
 }
 

@@ -389,6 +389,32 @@ TEST_F(KernelBackendTest, EgressDecisionsAreObserved) {
   EXPECT_THAT(std::get<2>(egress.requests[0]), HasSubstr("denied.example"));
 }
 
+TEST_F(KernelBackendTest, AFailingStartHookLeavesNothing) {
+  backend_.reset();
+  KernelBackendOptions options;
+  options.state_dir = state_dir_;
+  options.audit_log = state_dir_ + "/audit.jsonl";
+  pid_t init = -1;
+  std::vector<std::string> cgroups;
+  options.on_start = [&](const std::string&, sandbox::LiveSandbox& box, const sandbox::Limits&) {
+    init = box.pid();
+    cgroups = box.cgroup().paths();
+    return absl::UnavailableError("no probe today");
+  };
+  int destroyed = 0;
+  options.on_destroy = [&](const std::string&) { ++destroyed; };
+  absl::StatusOr<std::unique_ptr<KernelBackend>> backend = KernelBackend::Create(options);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  backend_ = *std::move(backend);
+  EXPECT_EQ(backend_->Create(Spec("sb-hook")).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(destroyed, 0);  // its start failed: nothing of it to stop
+  ASSERT_GT(init, 0);
+  EXPECT_NE(::kill(init, 0), 0);
+  for (const std::string& path : cgroups) EXPECT_FALSE(std::filesystem::exists(path)) << path;
+  EXPECT_TRUE(std::filesystem::is_empty(state_dir_ + "/sandboxes"));
+  EXPECT_EQ(backend_->Probe("sb-hook").status().code(), absl::StatusCode::kNotFound);
+}
+
 // A crashed agent: a child process makes sandboxes, starts commands, and is killed with -9.
 // The next agent must find nothing running, and clean the cgroups and records.
 TEST_F(KernelBackendTest, CleanLeftoversAfterAKilledAgent) {
