@@ -323,8 +323,15 @@ TEST_F(AgentE2eTest, StoppedProbeMeansCompromised) {
   auto sandbox = agent->CreateSandbox();
   ASSERT_TRUE(sandbox.ok()) << sandbox.status();
   const auto& [id, token] = *sandbox;
-  std::vector<pid_t> probes = ProbesOf(id);
-  ASSERT_EQ(probes.size(), 1u) << "no moat-probe process for " << id;
+  // posix_spawn returns once the probe's exec is past the point of no return, a moment before
+  // its command line is readable in /proc: wait for it.
+  std::vector<pid_t> probes;
+  for (int i = 0; i < 200 && probes.empty(); ++i) {
+    probes = ProbesOf(id);
+    if (probes.empty()) absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(probes.size(), 1u) << "no moat-probe process for " << id << "; agent log:\n"
+                               << agent->Log();
   // The probe is outside the sandbox: the sandbox cannot see it.
   CommandRun look = agent->Run(id, token, "ps ax");
   EXPECT_THAT(look.stdout_text, ::testing::Not(HasSubstr("moat-probe")));
