@@ -9,6 +9,7 @@
 #include <thread>
 #include <tuple>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -374,6 +375,8 @@ TEST_F(KernelBackendTest, EgressDecisionsAreObserved) {
   absl::StatusOr<std::unique_ptr<KernelBackend>> backend = KernelBackend::Create(options);
   ASSERT_TRUE(backend.ok()) << backend.status();
   backend_ = *std::move(backend);
+  // Its proxy threads call the observer, which uses `egress`: the backend goes first.
+  auto stop_first = absl::MakeCleanup([this] { backend_.reset(); });
   SandboxSpec spec = Spec("sb-egress");
   spec.policy = "network: {allowedDomains: [allowed.example]}";
   ASSERT_TRUE(backend_->Create(spec).ok());
@@ -382,11 +385,16 @@ TEST_F(KernelBackendTest, EgressDecisionsAreObserved) {
   Exec("sb-egress", "curl -s -o /dev/null -w '%{http_code}' http://denied.example/", denied);
   ASSERT_TRUE(denied.Wait());
   EXPECT_EQ(denied.out, "403");
-  absl::MutexLock l(&egress.mu);
-  ASSERT_EQ(egress.requests.size(), 1u);
-  EXPECT_EQ(std::get<0>(egress.requests[0]), "sb-egress");
-  EXPECT_FALSE(std::get<1>(egress.requests[0]));
-  EXPECT_THAT(std::get<2>(egress.requests[0]), HasSubstr("denied.example"));
+  // The proxy records the decision after it has answered: curl may be done first.
+  auto observed = [&egress] { return !egress.requests.empty(); };
+  {
+    absl::MutexLock l(&egress.mu);
+    egress.mu.AwaitWithTimeout(absl::Condition(&observed), absl::Seconds(10));
+    ASSERT_EQ(egress.requests.size(), 1u);
+    EXPECT_EQ(std::get<0>(egress.requests[0]), "sb-egress");
+    EXPECT_FALSE(std::get<1>(egress.requests[0]));
+    EXPECT_THAT(std::get<2>(egress.requests[0]), HasSubstr("denied.example"));
+  }
 }
 
 TEST_F(KernelBackendTest, AFailingStartHookLeavesNothing) {
@@ -406,6 +414,7 @@ TEST_F(KernelBackendTest, AFailingStartHookLeavesNothing) {
   absl::StatusOr<std::unique_ptr<KernelBackend>> backend = KernelBackend::Create(options);
   ASSERT_TRUE(backend.ok()) << backend.status();
   backend_ = *std::move(backend);
+  auto stop_first = absl::MakeCleanup([this] { backend_.reset(); });  // its hooks use locals
   EXPECT_EQ(backend_->Create(Spec("sb-hook")).status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(destroyed, 0);  // its start failed: nothing of it to stop
   ASSERT_GT(init, 0);
