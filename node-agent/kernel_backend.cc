@@ -9,17 +9,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "node-agent/log.h"
+#include "sandbox/cgroup_fs.h"
 #include "sandbox/egress/sandbox_egress.h"
 #include "sandbox/policy.h"
 #include "sandbox/util/errno_status.h"
@@ -34,33 +36,25 @@ constexpr size_t kReadChunk = 64 * 1024;
 constexpr size_t kFinalDrainBytes = 4 << 20;
 constexpr absl::Duration kStartTimeout = absl::Seconds(10);
 
-std::string ReadSmallFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+namespace cgroupfs = sandbox::cgroupfs;
 
-uint64_t ReadNumberFile(const std::string& path) {
-  uint64_t n = 0;
-  std::string text = ReadSmallFile(path);
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  return absl::SimpleAtoi(text, &n) ? n : 0;
-}
-
-int CountLines(const std::string& path) {
-  std::ifstream in(path);
-  int n = 0;
-  std::string line;
-  while (std::getline(in, line)) n += !line.empty();
-  return n;
+// Processes in the sandbox's cgroup (every hierarchy lists the same; the first is enough).
+int CgroupProcesses(const std::vector<std::string>& paths) {
+  if (paths.empty()) return 0;
+  absl::StatusOr<std::vector<pid_t>> pids = cgroupfs::ListProcesses(paths.front());
+  return pids.ok() ? static_cast<int>(pids->size()) : 0;
 }
 
 // Memory charged to the cgroup now: cgroup v2 memory.current or v1 memory.usage_in_bytes.
 uint64_t CgroupMemory(const std::vector<std::string>& paths) {
   for (const std::string& dir : paths) {
     for (const char* file : {"/memory.current", "/memory.usage_in_bytes"}) {
-      if (::access((dir + file).c_str(), R_OK) == 0) return ReadNumberFile(dir + file);
+      const std::string path = dir + file;
+      if (!cgroupfs::Exists(path)) continue;
+      absl::StatusOr<std::string> text = cgroupfs::ReadFile(path);
+      absl::StatusOr<uint64_t> bytes =
+          text.ok() ? cgroupfs::ParseCount(*text, path) : text.status();
+      return bytes.ok() ? *bytes : 0;
     }
   }
   return 0;
@@ -317,7 +311,11 @@ absl::StatusOr<CreatedSandbox> KernelBackend::Create(const SandboxSpec& spec) {
                               O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!box->workspace) return ErrnoStatus("open the sandbox's /workspace from outside");
   box->mount_ns = MountNamespaceOf(init);
-  box->mounts = CountLines(absl::StrCat("/proc/", init, "/mountinfo"));
+  if (absl::StatusOr<std::string> mountinfo =
+          cgroupfs::ReadFile(absl::StrCat("/proc/", init, "/mountinfo"));
+      mountinfo.ok()) {
+    box->mounts = static_cast<int>(std::count(mountinfo->begin(), mountinfo->end(), '\n'));
+  }
   box->record_path = absl::StrCat(options_.state_dir, "/sandboxes/", spec.id, ".json");
   {
     nlohmann::json record = {{"id", spec.id},
@@ -716,7 +714,7 @@ absl::StatusOr<SandboxHealth> KernelBackend::Probe(absl::string_view id) {
   health.last_heartbeat =
       options_.last_heartbeat ? options_.last_heartbeat(box->id) : absl::InfinitePast();
   std::vector<std::string> paths = box->sandbox->cgroup().paths();
-  if (!paths.empty()) health.processes = CountLines(paths.front() + "/cgroup.procs");
+  health.processes = CgroupProcesses(paths);
   absl::StatusOr<uint64_t> cpu = box->sandbox->cgroup().ReadCpuNs();
   if (cpu.ok()) health.cpu_seconds = static_cast<double>(*cpu) / 1e9;
   health.memory_bytes = CgroupMemory(paths);
@@ -738,7 +736,10 @@ NodeUsage KernelBackend::Usage() {
   usage.cpu_cores = static_cast<double>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
   usage.memory_bytes = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
                        static_cast<uint64_t>(::sysconf(_SC_PAGE_SIZE));
-  usage.pids_max = ReadNumberFile("/proc/sys/kernel/pid_max");
+  if (absl::StatusOr<std::string> pid_max = cgroupfs::ReadFile("/proc/sys/kernel/pid_max");
+      pid_max.ok()) {
+    usage.pids_max = cgroupfs::ParseCount(*pid_max, "pid_max").value_or(0);
+  }
   std::vector<std::shared_ptr<Box>> boxes;
   {
     absl::MutexLock lock(&mu_);
@@ -748,7 +749,7 @@ NodeUsage KernelBackend::Usage() {
     usage.cpu_cores_allocated += box->limits.cpus;
     std::vector<std::string> paths = box->sandbox->cgroup().paths();
     usage.memory_bytes_used += CgroupMemory(paths);
-    if (!paths.empty()) usage.pids_used += CountLines(paths.front() + "/cgroup.procs");
+    usage.pids_used += CgroupProcesses(paths);
   }
   return usage;
 }
@@ -766,28 +767,39 @@ absl::StatusOr<CleanupReport> KernelBackend::CleanLeftovers() {
   ::closedir(records);
   for (const std::string& name : names) {
     const std::string path = absl::StrCat(dir, "/", name);
-    nlohmann::json record = nlohmann::json::parse(ReadSmallFile(path), nullptr, false);
+    absl::StatusOr<std::string> text = cgroupfs::ReadFile(path);
+    nlohmann::json record =
+        nlohmann::json::parse(text.ok() ? *text : std::string(), nullptr, false);
     const std::string id = name.substr(0, name.size() - 5);
     {
       absl::MutexLock lock(&mu_);
       if (boxes_.contains(id)) continue;  // ours, alive
     }
     if (record.is_object() && record.value("agent_pid", 0) == ::getpid()) continue;
-    // Its processes: whatever is still in its cgroup (init normally exited when the agent's
-    // socket closed, taking its pid namespace along).
+    // Its processes: whatever is still in its cgroups (init normally exited when the agent's
+    // socket closed, taking its pid namespace along). Only the sandbox's own cgroups: a damaged
+    // record must not name, say, a hierarchy's root.
+    std::vector<std::string> dirs;
     if (record.is_object() && record.contains("cgroups") && record["cgroups"].is_array()) {
       for (const auto& cg : record["cgroups"]) {
         if (!cg.is_string()) continue;
-        const std::string procs = cg.get<std::string>() + "/cgroup.procs";
-        std::ifstream in(procs);
-        std::string line;
-        while (std::getline(in, line)) {
-          int pid = 0;
-          if (absl::SimpleAtoi(line, &pid) && pid > 1 && ::kill(pid, SIGKILL) == 0) {
-            ++report.processes_killed;
-          }
+        const std::string dir = cg.get<std::string>();
+        if (absl::StrContains(dir, "/moat/") && absl::EndsWith(dir, absl::StrCat("-", id)) &&
+            !absl::StrContains(dir, "..")) {
+          dirs.push_back(dir);
         }
-        break;  // every hierarchy holds the same processes
+      }
+    }
+    if (!dirs.empty()) {
+      absl::StatusOr<std::vector<pid_t>> pids = cgroupfs::ListProcesses(dirs.front());
+      if (pids.ok() && !pids->empty()) {
+        // Through pidfds, and only pids still listed there: a reused pid is never hit.
+        absl::Status killed = cgroupfs::KillListed(*pids, dirs);
+        if (killed.ok()) {
+          report.processes_killed += static_cast<int>(pids->size());
+        } else {
+          report.residue.push_back(absl::StrCat("processes of ", id, ": ", killed.message()));
+        }
       }
     }
     if (::unlink(path.c_str()) == 0) ++report.workspaces_removed;

@@ -9,10 +9,10 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "sandbox/caps.h"
+#include "sandbox/cgroup_fs.h"
 #include "sandbox/contain.h"
 #include "sandbox/rlimits.h"
 #include "sandbox/runner.h"
@@ -27,11 +27,8 @@ namespace {
 int CountProcesses(const Cgroup& cgroup) {
   std::vector<std::string> paths = cgroup.paths();
   if (paths.empty()) return 0;
-  std::ifstream procs(paths.front() + "/cgroup.procs");
-  int n = 0;
-  std::string line;
-  while (std::getline(procs, line)) n += !line.empty();
-  return n;
+  absl::StatusOr<std::vector<pid_t>> pids = cgroupfs::ListProcesses(paths.front());
+  return pids.ok() ? static_cast<int>(pids->size()) : 0;
 }
 
 void SetEnv(std::vector<std::pair<std::string, std::string>>& env, const std::string& name,
