@@ -14,9 +14,12 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "sandbox/testing/read_to_eof.h"
 
 namespace moat::sandbox {
 namespace {
+
+using ::moat::sandbox::testing::ReadToEof;
 
 using ::testing::HasSubstr;
 
@@ -46,14 +49,6 @@ ReaperEvent NextEvent(LiveSandbox& box) {
   return {};
 }
 
-std::string ReadAll(int fd) {
-  std::string all;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof(buf))) > 0) all.append(buf, n);
-  return all;
-}
-
 Outcome RunIn(LiveSandbox& box, uint32_t seq, std::vector<std::string> argv,
               const std::string& cwd = "/workspace") {
   int out[2], err[2];
@@ -66,8 +61,8 @@ Outcome RunIn(LiveSandbox& box, uint32_t seq, std::vector<std::string> argv,
   ::close(out[1]);
   ::close(err[1]);
   Outcome o;
-  std::thread reader([&] { o.err = ReadAll(err[0]); });
-  o.out = ReadAll(out[0]);
+  std::thread reader([&] { o.err = ReadToEof(err[0]); });
+  o.out = ReadToEof(out[0]);
   reader.join();
   ::close(out[0]);
   ::close(err[0]);
@@ -179,7 +174,7 @@ TEST_F(LiveSandboxTest, SignalReachesTheCommandsProcessGroup) {
   ASSERT_EQ(exited.op, ReaperOp::kExited);
   EXPECT_TRUE(WIFSIGNALED(exited.status));
   EXPECT_EQ(WTERMSIG(exited.status), SIGTERM);
-  EXPECT_EQ(ReadAll(out[0]), "");  // sleep died too: the pipe closed without output
+  EXPECT_EQ(ReadToEof(out[0]), "");  // sleep died too: the pipe closed without output
   ::close(out[0]);
 }
 

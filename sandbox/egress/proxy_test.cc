@@ -22,9 +22,12 @@
 #include "sandbox/egress/sha256.h"
 #include "sandbox/testing/fake_resolver.h"
 #include "sandbox/testing/loopback_origin.h"
+#include "sandbox/testing/read_to_eof.h"
 
 namespace moat::egress {
 namespace {
+
+using ::moat::sandbox::testing::ReadToEof;
 
 using ::testing::HasSubstr;
 using testing::ListenTcp;
@@ -86,16 +89,6 @@ void Send(int fd, absl::string_view data) {
     const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
     ASSERT_GT(n, 0) << "send failed";
     data.remove_prefix(n);
-  }
-}
-
-std::string ReadUntilClose(int fd) {
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n <= 0) return out;
-    out.append(buf, n);
   }
 }
 
@@ -181,7 +174,7 @@ class ProxyTest : public ::testing::Test {
   std::string Http(absl::string_view request) {
     UniqueFd client = Connect(http_port_);
     Send(client.get(), request);
-    return ReadUntilClose(client.get());
+    return ReadToEof(client.get());
   }
 
   std::string Get(absl::string_view host_port, absl::string_view path = "/") {
@@ -208,7 +201,7 @@ TEST_F(ProxyTest, ConnectTunnelReachesTheOrigin) {
   EXPECT_EQ(ReadHead(client.get()), "HTTP/1.1 200 Connection established\r\n\r\n");
   const std::string inner = "GET /in-tunnel HTTP/1.1\r\nHost: origin.test\r\n\r\n";
   Send(client.get(), inner);
-  const std::string response = ReadUntilClose(client.get());
+  const std::string response = ReadToEof(client.get());
   EXPECT_THAT(response, HasSubstr("hello from the origin: GET /in-tunnel"));
   client.reset();
 
@@ -235,7 +228,7 @@ TEST_F(ProxyTest, BytesSentBeforeTheGoAheadAreTunnelledToo) {
   Send(client.get(), absl::StrCat("CONNECT ", OriginAuthority(),
                                   " HTTP/1.1\r\n\r\nGET /eager HTTP/1.1\r\nHost: x\r\n\r\n"));
   EXPECT_EQ(StatusOf(ReadHead(client.get())), 200);
-  EXPECT_THAT(ReadUntilClose(client.get()), HasSubstr("GET /eager"));
+  EXPECT_THAT(ReadToEof(client.get()), HasSubstr("GET /eager"));
 }
 
 TEST_F(ProxyTest, PlainHttpIsForwardedInOriginForm) {
@@ -343,13 +336,13 @@ TEST_F(ProxyTest, HostsWithOddBytesAre400) {
                            "origin.test@evil.test", "origin..test", "[fe80::1%25eth0]"}) {
     UniqueFd client = Connect(http_port_);
     Send(client.get(), absl::StrCat("CONNECT ", host, port, " HTTP/1.1\r\n\r\n"));
-    EXPECT_EQ(StatusOf(ReadUntilClose(client.get())), 400) << host;
+    EXPECT_EQ(StatusOf(ReadToEof(client.get())), 400) << host;
   }
   // Control bytes and NUL never get past the request line.
   for (const std::string& host : {std::string("origin.test\x01", 12), std::string("o\0.test", 7)}) {
     UniqueFd client = Connect(http_port_);
     Send(client.get(), absl::StrCat("CONNECT ", host, port, " HTTP/1.1\r\n\r\n"));
-    EXPECT_EQ(StatusOf(ReadUntilClose(client.get())), 400);
+    EXPECT_EQ(StatusOf(ReadToEof(client.get())), 400);
   }
   EXPECT_EQ(resolver_.total_calls(), 0);
   EXPECT_EQ(origin_.connections(), 0);
@@ -420,7 +413,7 @@ TEST_F(ProxyTest, ResolvesOnceAndDialsTheAddressItChecked) {
   StartProxy({"rebind2.test"});
   UniqueFd client = Connect(http_port_);
   Send(client.get(), absl::StrCat("CONNECT rebind2.test:", origin_.port(), " HTTP/1.1\r\n\r\n"));
-  EXPECT_EQ(StatusOf(ReadUntilClose(client.get())), 403);
+  EXPECT_EQ(StatusOf(ReadToEof(client.get())), 403);
   EXPECT_EQ(resolver_.calls("rebind2.test"), 1);
   EXPECT_EQ(origin_.connections(), 1);
 }
@@ -486,7 +479,7 @@ TEST_F(ProxyTest, ExpectContinueIsAnsweredByTheProxy) {
                     "\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n"));
   EXPECT_EQ(ReadHead(client.get()), "HTTP/1.1 100 Continue\r\n\r\n");
   Send(client.get(), "abc");
-  EXPECT_EQ(StatusOf(ReadUntilClose(client.get())), 200);
+  EXPECT_EQ(StatusOf(ReadToEof(client.get())), 200);
   ASSERT_EQ(origin_.requests().size(), 1u);
   EXPECT_THAT(origin_.requests()[0].head, Not(HasSubstr("Expect")));
 }
@@ -523,7 +516,7 @@ TEST_F(ProxyTest, Socks5ConnectByDomainAndByAddress) {
     EXPECT_EQ(reply.substr(0, 4), Socks({5, 0, 0, 1}));
     EXPECT_EQ(reply.substr(4, 4), Socks({127, 0, 0, 1}));  // the proxy's end of the connection
     Send(client.get(), "GET /socks HTTP/1.1\r\nHost: origin.test\r\n\r\n");
-    EXPECT_THAT(ReadUntilClose(client.get()), HasSubstr("GET /socks"));
+    EXPECT_THAT(ReadToEof(client.get()), HasSubstr("GET /socks"));
   }
   {
     UniqueFd client = Connect(socks_port_);
@@ -533,7 +526,7 @@ TEST_F(ProxyTest, Socks5ConnectByDomainAndByAddress) {
     EXPECT_EQ(ReadN(client.get(), 2), Socks({5, 0}));
     EXPECT_EQ(ReadN(client.get(), 10)[1], 0);
     Send(client.get(), "GET /v4 HTTP/1.1\r\nHost: x\r\n\r\n");
-    EXPECT_THAT(ReadUntilClose(client.get()), HasSubstr("GET /v4"));
+    EXPECT_THAT(ReadToEof(client.get()), HasSubstr("GET /v4"));
   }
   const std::vector<AuditRecord> records = sink_.WaitFor(2);
   ASSERT_EQ(records.size(), 2u);
@@ -553,7 +546,7 @@ TEST_F(ProxyTest, Socks5Refusals) {
     EXPECT_EQ(ReadN(client.get(), 2), Socks({5, 0}));
     Send(client.get(), request);
     const std::string reply = ReadN(client.get(), 10);
-    EXPECT_EQ(ReadUntilClose(client.get()), "");  // and then the connection ends
+    EXPECT_EQ(ReadToEof(client.get()), "");  // and then the connection ends
     return reply.size() >= 2 ? static_cast<int>(reply[1]) : -1;
   };
   EXPECT_EQ(reply_to(SocksDomainRequest("origin.test", origin_.port(), /*BIND*/ 2)), 0x07);
@@ -593,7 +586,7 @@ TEST_F(ProxyTest, TransparentListenerForwardsToTheNamedHost) {
   proxy_->AddTransparentListener(std::move(listener), "trans.test");
   UniqueFd client = Connect(port);
   Send(client.get(), "GET /plain HTTP/1.1\r\nHost: trans.test\r\n\r\n");
-  EXPECT_THAT(ReadUntilClose(client.get()), HasSubstr("hello from the origin: GET /plain"));
+  EXPECT_THAT(ReadToEof(client.get()), HasSubstr("hello from the origin: GET /plain"));
   client.reset();  // the tunnel ends when both sides have closed
   const AuditRecord r = sink_.Only();
   EXPECT_EQ(r.protocol, "transparent");
@@ -607,7 +600,7 @@ TEST_F(ProxyTest, TransparentListenerForwardsToTheNamedHost) {
   UniqueFd listener2 = ListenTcp("127.0.0.3", destination.port(), &port2);
   proxy_->AddTransparentListener(std::move(listener2), "denied.test");
   UniqueFd denied = Connect(port2, "127.0.0.3");
-  EXPECT_EQ(ReadUntilClose(denied.get()), "");
+  EXPECT_EQ(ReadToEof(denied.get()), "");
   EXPECT_EQ(destination.connections(), 1);
   const std::vector<AuditRecord> records = sink_.WaitFor(2);
   ASSERT_EQ(records.size(), 2u);
@@ -664,7 +657,7 @@ TEST_F(ProxyTest, StopWithOpenTunnelsReturnsPromptlyAndLeavesNothingBehind) {
   proxy_->Stop();
   EXPECT_LT(absl::Now() - start, absl::Seconds(1));
   for (UniqueFd& client : clients) {
-    ReadUntilClose(client.get());  // returns: the proxy closed its end (a timeout would fail below)
+    ReadToEof(client.get());  // returns: the proxy closed its end (a timeout would fail below)
   }
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
   proxy_->Stop();  // idempotent

@@ -12,10 +12,13 @@
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "sandbox/testing/read_to_eof.h"
 #include "sandbox/util/unique_fd.h"
 
 namespace moat::egress {
 namespace {
+
+using ::moat::sandbox::testing::ReadToEof;
 
 // A connected loopback TCP pair: `app` for the test, `proxy` (non-blocking) for the relay.
 struct Pair {
@@ -38,16 +41,6 @@ Pair TcpPair() {
   p.proxy.reset(::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
   EXPECT_TRUE(p.proxy.valid());
   return p;
-}
-
-std::string ReadAll(int fd) {
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n <= 0) return out;
-    out.append(buf, n);
-  }
 }
 
 void WriteAll(int fd, const std::string& data) {
@@ -79,13 +72,13 @@ TEST_F(RelayFixture, CopiesBothWaysAndPassesHalfCloses) {
   if (relay.wait_for(std::chrono::milliseconds(300)) == std::future_status::ready) {
     FAIL() << "relay ended early: " << relay.get().error;
   }
-  EXPECT_EQ(ReadAll(upstream.app.get()), "abc");  // ends: the relay passed the client's EOF on
+  EXPECT_EQ(ReadToEof(upstream.app.get()), "abc");  // ends: the relay passed the client's EOF on
   const std::string big(8 << 20, 'z');
   std::thread writer([&] {
     WriteAll(upstream.app.get(), big);
     ::shutdown(upstream.app.get(), SHUT_WR);
   });
-  EXPECT_EQ(ReadAll(client.app.get()), big);
+  EXPECT_EQ(ReadToEof(client.app.get()), big);
   writer.join();
   const RelayResult result = relay.get();
   EXPECT_EQ(result.error, "");
