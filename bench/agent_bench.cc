@@ -135,16 +135,6 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
-std::string FindInPath(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  for (absl::string_view dir :
-       absl::StrSplit(path ? path : "/usr/bin:/bin", ':', absl::SkipEmpty())) {
-    std::string candidate = absl::StrCat(dir, "/", name);
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return "";
-}
-
 using Clock = std::chrono::steady_clock;
 absl::Duration Since(Clock::time_point start) { return absl::FromChrono(Clock::now() - start); }
 

@@ -132,16 +132,6 @@ std::optional<Flags> ParseFlags(int argc, char** argv) {
   return flags;
 }
 
-std::string FindInPath(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  for (absl::string_view dir :
-       absl::StrSplit(path ? path : "/usr/bin:/bin", ':', absl::SkipEmpty())) {
-    std::string candidate = absl::StrCat(dir, "/", name);
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return "";
-}
-
 std::string BesideSelf(const std::string& name) {
   char self[4096];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);

@@ -10,11 +10,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "sandbox/util/errno_status.h"
 #include "sandbox/util/unique_fd.h"
 
@@ -150,6 +152,16 @@ std::string DescribeWaitStatus(int wait_status) {
                            ::strsignal(WTERMSIG(wait_status)));
   }
   return absl::StrFormat("wait status 0x%x", wait_status);
+}
+
+std::string FindInPath(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir :
+       absl::StrSplit(path ? path : "/usr/bin:/bin", ':', absl::SkipEmpty())) {
+    std::string candidate = absl::StrCat(dir, "/", name);
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
 }
 
 std::vector<std::string> CurrentEnvironment(const std::vector<std::string>& drop,

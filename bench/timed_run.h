@@ -40,6 +40,9 @@ std::string DescribeWaitStatus(int wait_status);
 
 // The environment of this process with every variable named in `drop` removed, plus `add`
 // ("NAME=value" entries, which replace variables of the same name).
+// The first executable `name` in $PATH (/usr/bin:/bin without one), or "" if none.
+std::string FindInPath(const std::string& name);
+
 std::vector<std::string> CurrentEnvironment(const std::vector<std::string>& drop = {},
                                             const std::vector<std::string>& add = {});
 

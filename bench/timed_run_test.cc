@@ -135,5 +135,11 @@ TEST(TimedRunTest, StartsTheCommandInTheGivenMountNamespace) {
   ::rmdir(dir.c_str());
 }
 
+TEST(FindInPathTest, FindsAnExecutableOnPathAndNothingElse) {
+  EXPECT_EQ(FindInPath("sh").substr(FindInPath("sh").rfind('/')), "/sh");
+  EXPECT_EQ(::access(FindInPath("sh").c_str(), X_OK), 0);
+  EXPECT_EQ(FindInPath("no-such-program-for-moat"), "");
+}
+
 }  // namespace
 }  // namespace moat::bench
