@@ -21,9 +21,12 @@
 #include "node-agent/api_json.h"
 #include "node-agent/fake_backend.h"
 #include "node-agent/http_api.h"
+#include "node-agent/testing/expect_error.h"
 
 namespace moat::agent {
 namespace {
+
+using ::moat::agent::testing::ExpectError;
 
 using ::nlohmann::json;
 using ::testing::ElementsAre;
@@ -130,16 +133,6 @@ class ExecdApiTest : public ::testing::Test {
     EXPECT_TRUE(r) << method << " " << path << ": " << httplib::to_string(r.error());
     if (!r) return {0, ""};
     return {r->status, r->body};
-  }
-
-  std::string ExpectError(const std::pair<int, std::string>& response, int status,
-                          const std::string& code) {
-    EXPECT_EQ(response.first, status) << response.second;
-    json body = json::parse(response.second, nullptr, false);
-    EXPECT_TRUE(body.is_object() && body.contains("error")) << response.second;
-    if (!body.is_object() || !body.contains("error")) return "";
-    EXPECT_EQ(body["error"]["code"], code) << response.second;
-    return body["error"].value("message", "");
   }
 
   std::vector<json> Run(const json& request) {

@@ -14,9 +14,12 @@
 #include "nlohmann/json.hpp"
 #include "node-agent/api_json.h"
 #include "node-agent/fake_backend.h"
+#include "node-agent/testing/expect_error.h"
 
 namespace moat::agent {
 namespace {
+
+using ::moat::agent::testing::ExpectError;
 
 using ::nlohmann::json;
 using ::testing::HasSubstr;
@@ -72,16 +75,6 @@ class HttpApiTest : public ::testing::Test {
   }
 
   // Expects a JSON error with this status and code; returns its message.
-  std::string ExpectError(const std::pair<int, std::string>& response, int status,
-                          const std::string& code) {
-    EXPECT_EQ(response.first, status) << response.second;
-    json body = json::parse(response.second, nullptr, false);
-    EXPECT_TRUE(body.is_object() && body.contains("error")) << response.second;
-    if (!body.is_object() || !body.contains("error")) return "";
-    EXPECT_EQ(body["error"]["code"], code) << response.second;
-    return body["error"].value("message", "");
-  }
-
   json Create(const std::string& body = R"({"profile": "default"})") {
     auto [status, text] = Call("POST", "/v1/sandboxes", body);
     EXPECT_EQ(status, 201) << text;
