@@ -520,7 +520,11 @@ absl::Status KernelBackend::Interrupt(absl::string_view id, absl::string_view co
 void KernelBackend::Loop() {
   struct epoll_event events[64];
   absl::Duration wait = absl::InfiniteDuration();
+  // Deadlines are scanned (every command of every sandbox) only when one may have passed or
+  // when Exec or Interrupt set a new one (they Wake the loop), not after every burst of output.
+  absl::Time next_check = absl::InfiniteFuture();
   while (!stop_) {
+    bool woken = false;
     const int ms = wait == absl::InfiniteDuration()
                        ? -1
                        : static_cast<int>(absl::ToInt64Milliseconds(wait) + 1);
@@ -531,6 +535,7 @@ void KernelBackend::Loop() {
         uint64_t count;
         ssize_t unused = ::read(wake_.get(), &count, sizeof(count));
         (void)unused;
+        woken = true;
         continue;
       }
       std::shared_ptr<Watch> watch;
@@ -546,7 +551,13 @@ void KernelBackend::Loop() {
         HandleOutput(watch->command, watch->is_stderr);
       }
     }
-    wait = EnforceDeadlines();
+    const absl::Time now = absl::Now();
+    if (woken || now >= next_check) {
+      wait = EnforceDeadlines();
+      next_check = wait == absl::InfiniteDuration() ? absl::InfiniteFuture() : now + wait;
+    } else {
+      wait = next_check - now;
+    }
   }
 }
 
