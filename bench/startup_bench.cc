@@ -32,6 +32,7 @@
 #include "bench/latency_stats.h"
 #include "bench/moat_trace.h"
 #include "bench/timed_run.h"
+#include "sandbox/util/self_path.h"
 
 namespace moat::bench {
 namespace {
@@ -130,14 +131,6 @@ std::optional<Flags> ParseFlags(int argc, char** argv) {
     }
   }
   return flags;
-}
-
-std::string BesideSelf(const std::string& name) {
-  char self[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n <= 0) return name;
-  std::string dir(self, static_cast<size_t>(n));
-  return absl::StrCat(dir.substr(0, dir.rfind('/')), "/", name);
 }
 
 std::string FirstLine(absl::string_view text) {
@@ -368,7 +361,7 @@ int Main(int argc, char** argv) {
   Setup setup;
   setup.flags = std::move(*parsed);
   Flags& flags = setup.flags;
-  if (flags.moat.empty()) flags.moat = BesideSelf("moat");
+  if (flags.moat.empty()) flags.moat = BesideThisProgram("moat");
   if (flags.bwrap.empty()) flags.bwrap = FindInPath("bwrap");
   if (flags.crun.empty()) flags.crun = FindInPath("crun");
   if (flags.bwrap == "none") flags.bwrap.clear();

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sandbox/util/errno_status.h"
+#include "sandbox/util/self_path.h"
 #include "sandbox/util/unique_fd.h"
 
 extern char** environ;
@@ -38,13 +39,7 @@ ProbeLauncher::~ProbeLauncher() {
   for (const std::string& id : ids) Stop(id);
 }
 
-std::string ProbeLauncher::DefaultBinary() {
-  char buf[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return "moat-probe";
-  std::string self(buf, n);
-  return self.substr(0, self.rfind('/') + 1) + "moat-probe";
-}
+std::string ProbeLauncher::DefaultBinary() { return BesideThisProgram("moat-probe"); }
 
 absl::Status ProbeLauncher::Start(const std::string& id, sandbox::LiveSandbox& box,
                                   const sandbox::Limits& limits) {

@@ -18,6 +18,7 @@
 #include "sandbox/runner.h"
 #include "sandbox/spawn.h"
 #include "sandbox/util/errno_status.h"
+#include "sandbox/util/self_path.h"
 #include "sandbox/util/status_macros.h"
 
 namespace moat::sandbox {
@@ -61,12 +62,7 @@ absl::StatusOr<std::unique_ptr<SandboxFactory>> SandboxFactory::Create(std::stri
   if (!init_binary.empty()) {
     candidates.push_back(init_binary);
   } else {
-    char self[4096];
-    ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n > 0) {
-      std::string dir(self, n);
-      candidates.push_back(dir.substr(0, dir.rfind('/') + 1) + "moat-init");
-    }
+    candidates.push_back(BesideThisProgram("moat-init"));
 #ifdef MOAT_INIT_BUILD_PATH
     candidates.push_back(MOAT_INIT_BUILD_PATH);
 #endif

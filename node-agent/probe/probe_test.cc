@@ -23,6 +23,7 @@
 #include "node-agent/probe_monitor.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/seccomp_filter.h"
+#include "sandbox/util/self_path.h"
 #include "sandbox/util/unique_fd.h"
 
 namespace moat::agent {
@@ -35,11 +36,7 @@ constexpr uint64_t kMemoryMax = 64 << 20;
 
 std::string ProbeBinary() {
   if (const char* env = std::getenv("MOAT_PROBE_BIN")) return env;
-  char self[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  std::string path(self, n > 0 ? n : 0);
-  // build/tests/probe_test -> build/bin/moat-probe
-  return path.substr(0, path.rfind('/')) + "/../bin/moat-probe";
+  return BesideThisProgram("../bin/moat-probe");  // build/tests/probe_test -> build/bin
 }
 
 // The sandboxed child's commands, one byte each; it answers each with one byte.
