@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #include <tuple>
 
@@ -15,6 +16,9 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "sandbox/cgroup.h"
+#include "sandbox/testing/test_child.h"
 
 namespace moat::agent {
 namespace {
@@ -476,6 +480,62 @@ TEST_F(KernelBackendTest, CleanLeftoversAfterAKilledAgent) {
   absl::StatusOr<CleanupReport> second = backend_->CleanLeftovers();
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(second->workspaces_removed, 0);
+}
+
+// A process still running in a dead agent's sandbox cgroup (its init did not take it along) is
+// killed by the next agent's CleanLeftovers, and the cgroup removed; a record that names a
+// cgroup outside moat/ is not followed.
+TEST_F(KernelBackendTest, CleanLeftoversKillsWhatStillRunsInADeadAgentsCgroup) {
+  // A pid that no longer exists stands for the dead agent.
+  pid_t dead = ::fork();
+  ASSERT_GE(dead, 0);
+  if (dead == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  const std::string id = "sb-leftover";
+  absl::StatusOr<std::unique_ptr<sandbox::Cgroup>> cgroup = sandbox::Cgroup::Create(
+      backend_->cgroup_layout(), absl::StrCat(dead, "-", id), {64 << 20, 16, 1});
+  ASSERT_TRUE(cgroup.ok()) << cgroup.status();
+  const std::vector<std::string> dirs = (*cgroup)->paths();
+  sandbox::testing::TestChild orphan([] {
+    ::pause();
+    return 0;
+  });
+  ASSERT_GT(orphan.pid(), 0);
+  ASSERT_TRUE((*cgroup)->AddProcess(orphan.pid()).ok());
+  orphan.Release();
+  nlohmann::json record = {{"id", id}, {"agent_pid", dead}, {"cgroups", dirs}};
+  {
+    std::ofstream out(absl::StrCat(state_dir_, "/sandboxes/", id, ".json"));
+    out << record.dump();
+  }
+  // A damaged record pointing at a hierarchy's root must not be followed.
+  nlohmann::json bad = {
+      {"id", "sb-bad"},
+      {"agent_pid", dead},
+      {"cgroups", {std::filesystem::path(dirs.front()).parent_path().parent_path()}}};
+  {
+    std::ofstream out(absl::StrCat(state_dir_, "/sandboxes/sb-bad.json"));
+    out << bad.dump();
+  }
+
+  absl::StatusOr<CleanupReport> report = backend_->CleanLeftovers();
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->processes_killed, 1) << report->ToString();
+  EXPECT_EQ(report->workspaces_removed, 2);  // both records
+  EXPECT_GE(report->cgroups_removed, 1);
+  // Dead by now (a poll, so that a survivor fails the test instead of hanging it).
+  bool exited = false;
+  for (int i = 0; i < 250 && !exited; ++i) {
+    siginfo_t info = {};
+    exited = ::waitid(P_PID, orphan.pid(), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+             info.si_pid == orphan.pid();
+    if (!exited) absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(exited) << "the leftover process still runs";
+  const int status = orphan.Wait();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  for (const std::string& dir : dirs) EXPECT_FALSE(std::filesystem::exists(dir)) << dir;
+  EXPECT_EQ(::kill(::getpid(), 0), 0);  // still here: the root cgroup was not swept
 }
 
 }  // namespace
