@@ -42,7 +42,7 @@ std::unique_ptr<CgroupPrewarm> CgroupPrewarm::Start(const CgroupLayout& layout,
 
 CgroupPrewarm::CgroupPrewarm(std::string tasks_file, std::function<void()> then)
     : tasks_file_(std::move(tasks_file)) {
-  thread_ = std::thread([path = tasks_file_, then = std::move(then)] {
+  thread_ = std::make_unique<SideThread>([path = tasks_file_, then = std::move(then)] {
     // Best effort: if this fails, the real attach simply pays the grace period itself.
     int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd >= 0) {
@@ -58,7 +58,7 @@ CgroupPrewarm::CgroupPrewarm(std::string tasks_file, std::function<void()> then)
 CgroupPrewarm::~CgroupPrewarm() { Wait(); }
 
 void CgroupPrewarm::Wait() {
-  if (thread_.joinable()) thread_.join();
+  if (thread_) thread_->Join();
 }
 
 }  // namespace moat::sandbox

@@ -12,9 +12,9 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "sandbox/cgroup.h"
+#include "sandbox/util/side_thread.h"
 
 namespace moat::sandbox {
 
@@ -41,7 +41,7 @@ class CgroupPrewarm {
  private:
   CgroupPrewarm(std::string tasks_file, std::function<void()> then);
   std::string tasks_file_;
-  std::thread thread_;
+  std::unique_ptr<SideThread> thread_;  // on another CPU than the caller's (side_thread.h)
 };
 
 }  // namespace moat::sandbox

@@ -1,0 +1,48 @@
+#include "sandbox/util/side_thread.h"
+
+#include <utility>
+
+namespace moat {
+
+SideThread::SideThread(std::function<void()> body) : body_(std::move(body)) {
+  pthread_attr_t attr;
+  bool have_attr = pthread_attr_init(&attr) == 0;
+  const int here = ::sched_getcpu();
+  if (have_attr && here >= 0 && here < CPU_SETSIZE &&
+      ::sched_getaffinity(0, sizeof(all_cpus_), &all_cpus_) == 0 && CPU_COUNT(&all_cpus_) > 1 &&
+      CPU_ISSET(here, &all_cpus_)) {
+    cpu_set_t elsewhere = all_cpus_;
+    CPU_CLR(here, &elsewhere);
+    if (pthread_attr_setaffinity_np(&attr, sizeof(elsewhere), &elsewhere) == 0) {
+      restore_affinity_ = true;
+      avoided_cpu_ = here;
+    }
+  }
+  joinable_ = pthread_create(&thread_, have_attr ? &attr : nullptr, &SideThread::Start, this) == 0;
+  if (!joinable_ && restore_affinity_) {
+    // The affinity may be what failed (a CPU set changed under us): try a plain thread.
+    restore_affinity_ = false;
+    avoided_cpu_ = -1;
+    joinable_ = pthread_create(&thread_, nullptr, &SideThread::Start, this) == 0;
+  }
+  if (have_attr) pthread_attr_destroy(&attr);
+  if (!joinable_) Start(this);
+}
+
+SideThread::~SideThread() { Join(); }
+
+void SideThread::Join() {
+  if (!joinable_) return;
+  pthread_join(thread_, nullptr);
+  joinable_ = false;
+}
+
+void* SideThread::Start(void* self) {
+  auto* t = static_cast<SideThread*>(self);
+  t->started_on_ = ::sched_getcpu();
+  if (t->restore_affinity_) ::sched_setaffinity(0, sizeof(t->all_cpus_), &t->all_cpus_);
+  t->body_();
+  return nullptr;
+}
+
+}  // namespace moat
