@@ -12,13 +12,14 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <string>
 #include <tuple>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "sandbox/child_failure.h"
 #include "sandbox/idmap.h"
-#include "sandbox/root_tree.h"
 #include "sandbox/util/errno_status.h"
 #include "sandbox/util/status_macros.h"
 
@@ -32,6 +33,21 @@ constexpr char kNewRoot[] = "/tmp";
 constexpr std::array<const char*, 6> kOwnTopLevel = {"proc", "sys", "dev",
                                                      "tmp",  "run", "workspace"};
 
+// /dev: the harmless character devices bound from the host, and the usual links.
+constexpr std::array<const char*, 5> kDevDevices = {"null", "zero", "full", "random", "urandom"};
+constexpr std::array<std::pair<const char*, const char*>, 5> kDevLinks = {{
+    {"fd", "/proc/self/fd"},
+    {"stdin", "/proc/self/fd/0"},
+    {"stdout", "/proc/self/fd/1"},
+    {"stderr", "/proc/self/fd/2"},
+    {"ptmx", "pts/ptmx"},
+}};
+
+// "<root>/<name>" for a top-level entry of the host directory `root` ("/" gives "/<name>").
+std::string JoinUnderRoot(const std::string& root, const std::string& name) {
+  return root.empty() || root.back() == '/' ? root + name : root + "/" + name;
+}
+
 // /proc entries that reveal or touch the host kernel; covered like Docker's masked paths.
 constexpr std::array<const char*, 15> kMaskedProc = {
     "/proc/acpi",          "/proc/asound",     "/proc/bus",         "/proc/fs",
@@ -39,16 +55,27 @@ constexpr std::array<const char*, 15> kMaskedProc = {
     "/proc/kmsg",          "/proc/timer_list", "/proc/sched_debug", "/proc/latency_stats",
     "/proc/sysrq-trigger", "/proc/kallsyms",   "/proc/config.gz"};
 
-// The masked /proc entries this kernel has. They are global (the same in every procfs
-// instance), so this /proc tells what the sandbox's will show; the child need not look for the
-// others. Unless this /proc is not a full procfs (none, or subset=pid, which hides meminfo
-// too): then all of them.
-std::vector<const char*> MaskedProcEntries() {
-  std::vector<const char*> present;
+// The masked /proc entries this kernel has, and their kind. They are global (the same in every
+// procfs instance), so this /proc tells what the sandbox's will show; the child need not look for
+// the others. Unless this /proc is not a full procfs (none, or subset=pid, which hides meminfo
+// too): then all of them, of unknown kind (the child looks).
+struct MaskedEntry {
+  const char* path;
+  enum Kind { kDirectory, kFile, kUnknown } kind;
+};
+std::vector<MaskedEntry> MaskedProcEntries() {
+  std::vector<MaskedEntry> present;
   const bool have_proc = ::access("/proc/meminfo", F_OK) == 0;
   for (const char* entry : kMaskedProc) {
     struct stat st;
-    if (!have_proc || ::lstat(entry, &st) == 0 || errno != ENOENT) present.push_back(entry);
+    if (!have_proc) {
+      present.push_back({entry, MaskedEntry::kUnknown});
+    } else if (::lstat(entry, &st) == 0) {
+      present.push_back(
+          {entry, S_ISDIR(st.st_mode) ? MaskedEntry::kDirectory : MaskedEntry::kFile});
+    } else if (errno != ENOENT) {
+      present.push_back({entry, MaskedEntry::kUnknown});
+    }
   }
   return present;
 }
@@ -135,22 +162,16 @@ class ChildMounter {
         if (::mount("tmpfs", s.target, "tmpfs", s.flags, s.data) != 0)
           return Fail("mount tmpfs", s.target);
         return true;
-      case MountStep::Kind::kAttachRoot:
-        if (::move_mount(s.fd, "", AT_FDCWD, s.target, MOVE_MOUNT_F_EMPTY_PATH) != 0)
-          return Fail("attach the root tree built by the supervisor", s.target);
-        return true;
       case MountStep::Kind::kMkdir:
         if (::mkdir(s.target, 0755) != 0 && errno != EEXIST) return Fail("mkdir", s.target);
         return true;
       case MountStep::Kind::kSymlink:
         if (::symlink(s.source, s.target) != 0) return Fail("create symlink", s.target);
         return true;
-      case MountStep::Kind::kTouch: {
-        int fd = ::open(s.target, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
-        if (fd < 0) return Fail("create mount point file", s.target);
-        ::close(fd);
+      case MountStep::Kind::kTouch:
+        if (::mknod(s.target, S_IFREG | 0644, 0) != 0 && errno != EEXIST)
+          return Fail("create mount point file", s.target);
         return true;
-      }
       case MountStep::Kind::kBind:
         if (::mount(s.source, s.target, nullptr, MS_BIND | MS_REC | s.flags, nullptr) != 0) {
           if (s.optional && Unreachable(errno)) return true;
@@ -198,6 +219,13 @@ class ChildMounter {
         return ReadOnlyInRoot(s);
       case MountStep::Kind::kHideInRoot:
         return HideInRoot(s);
+      case MountStep::Kind::kMask:
+        // One call: the source is already read-only, and a bind keeps its mount flags.
+        if (::mount(s.source, s.target, nullptr, MS_BIND, nullptr) != 0) {
+          if (s.optional && errno == ENOENT) return true;
+          return Fail("mask", s.target);
+        }
+        return true;
       case MountStep::Kind::kPivot:
         return Pivot(s);
     }
@@ -215,9 +243,8 @@ class ChildMounter {
     return root_fd_ >= 0 || Fail("open the new root", kNewRoot);
   }
 
-  // Covers `path` (relative to `dirfd`) with a clone of the empty read-only tmpfs at /run.
   // Covers `path` (relative to `dirfd`; "" for dirfd itself) with a clone of the empty read-only
-  // tmpfs at /run. Returns 0 or an errno; reports nothing.
+  // directory /run of the new root. Returns 0 or an errno; reports nothing.
   int CoverWithEmptyDir(int dirfd, const char* path) {
     int clone = ::open_tree(AT_FDCWD, "/tmp/run", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
     if (clone < 0) return errno;
@@ -389,47 +416,29 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
     writable_fds.push_back(fd);
   }
 
-  // The root: built here as one detached tree when the kernel can (root_tree.h; the sandbox's
-  // ids are needed to own it, and room for its descriptor and the sysfs's), else by the child.
-  // Any failure here leaves it to the child, whose steps report what fails.
-  if (options.prebuild_root && options.sandbox_ids && plan.inherited_fds_.size() + 2 <= kMaxTrees) {
-    RootTreeSpec spec;
-    spec.host_entries = host_entries;
-    spec.source_root = options.root_dir;
-    for (const char* name : kOwnTopLevel) spec.own_dirs.emplace_back(name);
-    spec.tmpfs_bytes = options.tmpfs_bytes;
-    spec.workspace_tmpfs = !options.workspace_dir;
-    std::tie(spec.uid, spec.gid) = *options.sandbox_ids;
-    absl::StatusOr<UniqueFd> root = BuildRootTree(spec);
-    if (root.ok()) {
-      plan.inherited_fds_.push_back(root->get());
-      plan.trees_.push_back(*std::move(root));
-      plan.root_prebuilt_ = true;
-    }
-  }
-
   plan.Add({.kind = K::kMakePrivate});
-  if (plan.root_prebuilt_) {
-    plan.Add({.kind = K::kAttachRoot, .target = kNewRoot, .fd = plan.trees_.back().get()});
-  } else {
-    plan.AddRootSteps(host_entries, options.root_dir);
-  }
+  plan.AddRootSteps(host_entries, options.root_dir);
+  // /dev first: its read-only /dev/null is what masks /proc's files.
+  plan.AddDevSteps(options);
 
   // /proc: a fresh instance for the sandbox's pid namespace.
   plan.Add({.kind = K::kProc, .target = in_new_root("/proc")});
   const char* proc_sys = in_new_root("/proc/sys");
   plan.Add({.kind = K::kBind, .source = proc_sys, .target = proc_sys});
   plan.Add({.kind = K::kSetReadOnly, .target = proc_sys, .flags = AT_RECURSIVE});
-  for (const char* masked : MaskedProcEntries()) {
-    plan.Add({.kind = K::kHideInRoot, .target = masked, .optional = true});
+  for (const MaskedEntry& masked : MaskedProcEntries()) {
+    if (masked.kind == MaskedEntry::kUnknown) {
+      plan.Add({.kind = K::kHideInRoot, .target = masked.path, .optional = true});
+    } else {
+      plan.Add({.kind = K::kMask,
+                .source = masked.kind == MaskedEntry::kDirectory ? in_new_root("/run")
+                                                                 : in_new_root("/dev/null"),
+                .target = in_new_root(masked.path),
+                .optional = true});
+    }
   }
   plan.Add({.kind = K::kSysfs, .target = in_new_root("/sys")});
-
-  if (plan.root_prebuilt_) {
-    plan.Add({.kind = K::kDevpts, .target = in_new_root("/dev/pts")});
-  } else {
-    plan.AddDevAndTmpfsSteps(options);
-  }
+  plan.AddTmpfsSteps(options);
   if (options.workspace_dir) {
     plan.Add({.kind = K::kAttachInRoot,
               .source = plan.Keep(*options.workspace_dir),
@@ -513,16 +522,12 @@ void MountPlan::AddRootSteps(const std::vector<HostEntry>& host_entries,
   for (const char* name : kOwnTopLevel) {
     Add({.kind = K::kMkdir, .target = in_new_root(absl::StrCat("/", name))});
   }
-  // An empty read-only tmpfs at /run: hides the host's sockets and serves as the template that
-  // covers hidden directories.
-  Add({.kind = K::kTmpfs,
-       .target = in_new_root("/run"),
-       .data = "mode=0755,size=4k,nr_inodes=16",
-       .flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC});
+  // /run stays an empty directory of this read-only tmpfs: it hides the host's sockets and
+  // serves as the template that covers hidden directories.
   Add({.kind = K::kSetReadOnly, .target = kNewRoot, .flags = AT_RECURSIVE});
 }
 
-void MountPlan::AddDevAndTmpfsSteps(const MountOptions& options) {
+void MountPlan::AddDevSteps(const MountOptions& options) {
   using K = MountStep::Kind;
   auto in_new_root = [&](absl::string_view path) { return Keep(absl::StrCat(kNewRoot, path)); };
   // /dev: a small tmpfs with the harmless character devices bound from the host.
@@ -534,25 +539,32 @@ void MountPlan::AddDevAndTmpfsSteps(const MountOptions& options) {
     const char* target = in_new_root(absl::StrCat("/dev/", dev));
     Add({.kind = K::kTouch, .target = target});
     Add({.kind = K::kBind, .source = Keep(absl::StrCat("/dev/", dev)), .target = target});
-    // Read-only: reading and writing the device still work (a read-only mount does not stop
-    // writes to device files), but its owner and mode on the host cannot be changed.
-    Add({.kind = K::kSetReadOnly,
-         .target = target,
-         .attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC});
   }
   for (const auto& [link, to] : kDevLinks) {
     Add({.kind = K::kSymlink, .source = to, .target = in_new_root(absl::StrCat("/dev/", link))});
   }
   Add({.kind = K::kMkdir, .target = in_new_root("/dev/pts")});
   Add({.kind = K::kMkdir, .target = in_new_root("/dev/shm")});
+  // Read-only, the tmpfs and the devices on it: reading and writing a device still work (a
+  // read-only mount does not stop writes to device files), but its owner and mode on the host
+  // cannot be changed. nodev on the tmpfs alone (its own entries are no devices).
+  Add({.kind = K::kSetReadOnly,
+       .target = in_new_root("/dev"),
+       .flags = AT_RECURSIVE,
+       .attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC});
+  Add({.kind = K::kSetReadOnly, .target = in_new_root("/dev"), .flags = 0});
+  // Then the writable ones on top.
   Add({.kind = K::kDevpts, .target = in_new_root("/dev/pts")});
-  const char* tmpfs_data = Keep(absl::StrCat("mode=1777,size=", options.tmpfs_bytes));
   Add({.kind = K::kTmpfs,
        .target = in_new_root("/dev/shm"),
-       .data = tmpfs_data,
+       .data = Keep(absl::StrCat("mode=1777,size=", options.tmpfs_bytes)),
        .flags = MS_NOSUID | MS_NODEV});
-  Add({.kind = K::kSetReadOnly, .target = in_new_root("/dev"), .flags = 0});
+}
 
+void MountPlan::AddTmpfsSteps(const MountOptions& options) {
+  using K = MountStep::Kind;
+  auto in_new_root = [&](absl::string_view path) { return Keep(absl::StrCat(kNewRoot, path)); };
+  const char* tmpfs_data = Keep(absl::StrCat("mode=1777,size=", options.tmpfs_bytes));
   // The writable areas.
   Add({.kind = K::kTmpfs,
        .target = in_new_root("/tmp"),

@@ -5,10 +5,12 @@
 // has become root of its user namespace. Steps, in order (see Execute):
 //   1. make every mount private, so nothing we do propagates to the host;
 //   2. mount the new root (tmpfs) on the staging directory and create the top-level entries:
-//      directories are recursive bind mounts of the host's, symlinks are recreated;
+//      directories are recursive bind mounts of the host's, symlinks are recreated, and the
+//      sandbox's own mount points (/run stays an empty directory);
 //   3. make the whole new tree read-only, nosuid, nodev (mount_setattr, AT_RECURSIVE);
-//   4. /proc (fresh, /proc/sys read-only, dangerous files masked), /sys (read-only), /dev (tmpfs
-//      with null, zero, full, random, urandom, tty-less devpts, shm), /tmp and /workspace;
+//   4. /dev (read-only tmpfs with null, zero, full, random, urandom; tty-less devpts, shm), /proc
+//      (fresh, /proc/sys read-only, dangerous entries masked with the empty /run or /dev/null),
+//      /sys (read-only), /tmp and /workspace;
 //   5. policy mounts: writable binds (host trees the parent opened with open_tree before clone),
 //      then read-only binds inside them, then hidden paths, all resolved inside the new root
 //      (openat2 RESOLVE_IN_ROOT) so host symlinks cannot redirect;
@@ -25,7 +27,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "sandbox/root_tree.h"
 #include "sandbox/util/unique_fd.h"
 
 namespace moat::sandbox {
@@ -46,12 +47,6 @@ struct MountOptions {
   // Host files bound read-only over existing files of the view: {host file, path inside}, e.g.
   // the egress resolv.conf over /etc/resolv.conf.
   std::vector<std::pair<std::string, std::string>> file_overlays;
-  // Build the root (host entries, /run, /dev, /tmp, /workspace) here as one detached tree for the
-  // child to attach (root_tree.h), when the kernel can and `sandbox_ids` is set; false: the child
-  // builds it step by step, overlapping the supervisor's cgroup work. Off by default: measured
-  // with bench/run.sh --order=shuffle --moat-b on this 2-CPU machine, the child-built root was
-  // 0.04-0.27 ms faster for /bin/true in three runs out of three (docs/performance.md).
-  bool prebuild_root = false;
 };
 
 // One prepared step. All strings are owned by the plan and never move after Build().
@@ -59,10 +54,9 @@ struct MountStep {
   enum class Kind {
     kMakePrivate,     // mount(NULL, "/", MS_REC|MS_PRIVATE)
     kTmpfs,           // mount tmpfs on `target` with `data`, `flags`
-    kAttachRoot,      // move_mount the root tree `fd` built by the supervisor onto `target`
     kMkdir,           // mkdir `target`
     kSymlink,         // symlink(`source`, `target`)
-    kTouch,           // create empty file `target`
+    kTouch,           // create empty file `target` (mknod)
     kBind,            // bind `source` on `target` (recursive), `flags` = extra MS_ flags
     kSetReadOnly,     // mount_setattr(`target`, `flags` (AT_RECURSIVE or 0), `attrs`)
     kProc,            // mount proc on `target`
@@ -73,6 +67,8 @@ struct MountStep {
                       // path `source`) onto `target` resolved inside the new root
     kReadOnlyInRoot,  // re-bind `target` (resolved inside the new root) read-only
     kHideInRoot,      // cover `target` (resolved inside the new root)
+    kMask,            // bind the read-only `source` (an empty directory or /dev/null) on
+                      // `target`, a fresh /proc's entry (kernel-made, so no symlink to resolve)
     kPivot,           // pivot_root into `target`, detach the old root, chdir `source`
   };
   Kind kind;
@@ -83,6 +79,14 @@ struct MountStep {
   int fd = -1;
   uint64_t attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;  // kSetReadOnly
   bool optional = false;  // a missing target or source is skipped rather than an error
+};
+
+// A top-level entry of the host's root directory as the sandbox shows it.
+struct HostEntry {
+  enum class Kind { kDirectory, kFile, kSymlink };
+  Kind kind;
+  std::string name;  // e.g. "usr"
+  std::string link;  // kSymlink: its target, recreated as is
 };
 
 class MountPlan {
@@ -107,8 +111,6 @@ class MountPlan {
   bool Execute(int error_fd) const;
 
   const std::vector<MountStep>& steps() const { return steps_; }
-  // Whether the root was built here (kAttachRoot) rather than by the child's steps.
-  bool root_prebuilt() const { return root_prebuilt_; }
   // Descriptors the child must keep open until Execute(): the detached trees to attach. At most
   // kMaxTrees.
   const std::vector<int>& inherited_fds() const { return inherited_fds_; }
@@ -120,10 +122,12 @@ class MountPlan {
   absl::StatusOr<int> OpenTree(const std::string& path, absl::string_view what,
                                const MountOptions& options);
   void Add(MountStep step) { steps_.push_back(step); }
-  // The child-built root: tmpfs, host entries, own mount points, /run, read-only.
+  // The root: tmpfs, host entries, own mount points (/run stays empty), read-only.
   void AddRootSteps(const std::vector<HostEntry>& host_entries, const std::string& root_dir);
-  // The child-built /dev (devpts included), /tmp and, without --workspace, /workspace.
-  void AddDevAndTmpfsSteps(const MountOptions& options);
+  // /dev (devpts and shm included).
+  void AddDevSteps(const MountOptions& options);
+  // /tmp and, without --workspace, /workspace.
+  void AddTmpfsSteps(const MountOptions& options);
 
   std::deque<std::string> strings_;  // deque: references stay valid as it grows
   std::vector<MountStep> steps_;
@@ -133,7 +137,6 @@ class MountPlan {
   std::vector<UniqueFd> trees_;
   std::map<std::pair<uid_t, gid_t>, UniqueFd> mapping_namespaces_;  // by owner, for idmaps
   std::vector<int> inherited_fds_;
-  bool root_prebuilt_ = false;
 };
 
 }  // namespace moat::sandbox

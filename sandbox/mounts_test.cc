@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+
 namespace moat::sandbox {
 namespace {
 
@@ -138,53 +140,32 @@ TEST(MountPlanTest, WritablePathUnderProcIsRefused) {
   EXPECT_THAT(std::string(plan.status().message()), HasSubstr("is under /proc"));
 }
 
-// Asked to (prebuild_root) and with the sandbox's ids, the supervisor builds the root itself
-// (root_tree.h) and the child attaches it: no host binds, no tmpfs, no /dev steps left.
-TEST(MountPlanTest, RootBuiltAheadLeavesTheChildTheRest) {
-  if (::geteuid() != 0) GTEST_SKIP() << "building mounts needs root";
-  MountOptions options;
-  options.sandbox_ids = std::make_pair(65534, 65534);
-  options.hidden_paths = {"/var/tmp"};
-  options.prebuild_root = true;
-  absl::StatusOr<MountPlan> plan = MountPlan::Build(options);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  if (!plan->root_prebuilt()) GTEST_SKIP() << "this kernel cannot mount onto a detached tree";
-  std::vector<const MountStep*> attach = Find(*plan, K::kAttachRoot);
-  ASSERT_EQ(attach.size(), 1u);
-  EXPECT_EQ(plan->steps()[1].kind, K::kAttachRoot) << "right after making mounts private";
-  EXPECT_STREQ(attach[0]->target, "/tmp");
-  EXPECT_THAT(plan->inherited_fds(), ::testing::ElementsAre(attach[0]->fd));
-  EXPECT_TRUE(Find(*plan, K::kTmpfs).empty());
-  EXPECT_TRUE(Find(*plan, K::kSymlink).empty());
-  for (const MountStep* bind : Find(*plan, K::kBind)) {
-    EXPECT_STREQ(bind->source, "/tmp/proc/sys") << "only /proc/sys is bound by the child";
-  }
-  EXPECT_GE(IndexOf(*plan, K::kDevpts, "/tmp/dev/pts"), 0);
-  EXPECT_GE(IndexOf(*plan, K::kProc, "/tmp/proc"), 0);
-  EXPECT_LT(IndexOf(*plan, K::kProc, "/tmp/proc"), IndexOf(*plan, K::kHideInRoot, "/var/tmp"));
-  EXPECT_EQ(plan->steps().back().kind, K::kPivot);
-
-  options.prebuild_root = false;  // the default, and what kernels before 6.15 get
-  absl::StatusOr<MountPlan> child_built = MountPlan::Build(options);
-  ASSERT_TRUE(child_built.ok()) << child_built.status();
-  EXPECT_FALSE(child_built->root_prebuilt());
-  EXPECT_TRUE(Find(*child_built, K::kAttachRoot).empty());
-  EXPECT_GE(IndexOf(*child_built, K::kTmpfs, "/tmp/tmp"), 0);
-}
-
 // The /proc masks cover what this kernel has; the entries it lacks (config options) are not
 // looked for by the child.
+// Each with one bind of a read-only template: the empty /run for directories, /dev/null (made
+// earlier, read-only) for files.
 TEST(MountPlanTest, MasksTheProcEntriesThatExist) {
   absl::StatusOr<MountPlan> plan = MountPlan::Build(MountOptions{});
   ASSERT_TRUE(plan.ok()) << plan.status();
+  const int dev_null = IndexOf(*plan, K::kBind, "/tmp/dev/null");
+  const int dev_read_only = IndexOf(*plan, K::kSetReadOnly, "/tmp/dev");
+  ASSERT_GE(dev_null, 0);
+  ASSERT_GT(dev_read_only, dev_null);
   for (const char* entry :
        {"/proc/acpi", "/proc/asound", "/proc/bus", "/proc/fs", "/proc/irq", "/proc/scsi",
         "/proc/kcore", "/proc/keys", "/proc/kmsg", "/proc/timer_list", "/proc/sched_debug",
         "/proc/latency_stats", "/proc/sysrq-trigger", "/proc/kallsyms", "/proc/config.gz"}) {
-    const bool exists = ::access(entry, F_OK) == 0;
-    EXPECT_EQ(IndexOf(*plan, K::kHideInRoot, entry) >= 0, exists) << entry;
+    SCOPED_TRACE(entry);
+    struct stat st;
+    const bool exists = ::lstat(entry, &st) == 0;
+    const int mask = IndexOf(*plan, K::kMask, absl::StrCat("/tmp", entry));
+    EXPECT_EQ(mask >= 0, exists);
+    if (mask < 0) continue;
+    EXPECT_STREQ(plan->steps()[mask].source, S_ISDIR(st.st_mode) ? "/tmp/run" : "/tmp/dev/null");
+    EXPECT_GT(mask, dev_read_only) << "its template must be read-only by then";
+    EXPECT_GT(mask, IndexOf(*plan, K::kProc, "/tmp/proc"));
   }
-  EXPECT_GE(IndexOf(*plan, K::kHideInRoot, "/proc/kmsg"), 0) << "there on every kernel";
+  EXPECT_GE(IndexOf(*plan, K::kMask, "/tmp/proc/kmsg"), 0) << "there on every kernel";
 }
 
 TEST(MountPlanTest, StringsSurviveAMove) {

@@ -249,7 +249,7 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
     std::vector<std::pair<const char*, absl::Time>> timeline = {
         {"cgroup ready (v2) or warm-up started (v1)", cgroup_ready},
         {"seccomp ready", seccomp_ready},
-        {mounts.root_prebuilt() ? "mount plan, root tree built" : "mount plan", planned},
+        {"mount plan", planned},
         {prepared_net ? "network namespace ready" : "network namespace not prepared",
          network_ready}};
     timeline.insert(timeline.end(), proc.timeline.begin(), proc.timeline.end());
