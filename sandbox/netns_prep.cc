@@ -6,8 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "sandbox/net.h"
 #include "sandbox/util/errno_status.h"
@@ -35,9 +37,18 @@ absl::StatusOr<UniqueFd> DetachedSysfs() {
   return mount;
 }
 
+// Puts the calling thread back in the network namespace `own`.
+void ReturnOrAbort(int own) {
+  if (::setns(own, CLONE_NEWNET) != 0) {
+    // This thread would go on working inside a sandbox's network namespace: not recoverable.
+    std::perror("moat: return to the supervisor's network namespace (setns)");
+    std::abort();
+  }
+}
+
 }  // namespace
 
-absl::StatusOr<PreparedNetwork> PrepareNetwork() {
+absl::StatusOr<PreparedNetwork> PrepareNetwork(bool with_sysfs) {
   UniqueFd own(::open(kThreadNetns, O_RDONLY | O_CLOEXEC));
   if (!own) return ErrnoStatus("network: open this thread's namespace");
   if (::unshare(CLONE_NEWNET) != 0) return ErrnoStatus("network: new namespace (unshare)");
@@ -46,37 +57,95 @@ absl::StatusOr<PreparedNetwork> PrepareNetwork() {
     net.netns.reset(::open(kThreadNetns, O_RDONLY | O_CLOEXEC));
     if (!net.netns) return ErrnoStatus("network: open the new namespace");
     RETURN_IF_ERROR(BringUpLoopbackInThisThread());
-    ASSIGN_OR_RETURN(net.sysfs, DetachedSysfs());
+    if (with_sysfs) {
+      ASSIGN_OR_RETURN(net.sysfs, DetachedSysfs());
+    }
     return net;
   }();
-  if (::setns(own.get(), CLONE_NEWNET) != 0) {
-    // This thread would go on working inside a sandbox's network namespace: not recoverable.
-    std::perror("moat: return to the supervisor's network namespace (setns)");
-    std::abort();
-  }
+  ReturnOrAbort(own.get());
   return prepared;
 }
 
-NetworkPreparation::NetworkPreparation(std::function<absl::StatusOr<PreparedNetwork>()> prepare,
-                                       std::function<void()> then)
-    : thread_([this, prepare = std::move(prepare), then = std::move(then)] {
-        if (!claimed_.exchange(true)) promise_.set_value(prepare());
-        if (then) then();
-      }) {}
+absl::StatusOr<PreparedNetwork> AdoptNetwork(UniqueFd netns) {
+  UniqueFd own(::open(kThreadNetns, O_RDONLY | O_CLOEXEC));
+  if (!own) return ErrnoStatus("network: open this thread's namespace");
+  if (::setns(netns.get(), CLONE_NEWNET) != 0) {
+    return ErrnoStatus("network: enter the pooled namespace (setns)");
+  }
+  absl::StatusOr<PreparedNetwork> adopted = [&]() -> absl::StatusOr<PreparedNetwork> {
+    PreparedNetwork net;
+    RETURN_IF_ERROR(BringUpLoopbackInThisThread());
+    ASSIGN_OR_RETURN(net.sysfs, DetachedSysfs());
+    net.netns = std::move(netns);
+    return net;
+  }();
+  ReturnOrAbort(own.get());
+  return adopted;
+}
+
+NetworkPreparation::NetworkPreparation(std::function<absl::StatusOr<PreparedNetwork>(bool)> prepare,
+                                       std::function<void()> then, NetnsPool* pool)
+    : prepare_(std::move(prepare)),
+      then_(std::move(then)),
+      pool_(pool),
+      pooled_(pool != nullptr ? pool->Take() : absl::NotFoundError("no pool")),
+      thread_([this] { Work(); }) {}
 
 NetworkPreparation::~NetworkPreparation() {
-  if (thread_.joinable()) thread_.join();
+  AllowRefill();
+  thread_.Join();
+}
+
+void NetworkPreparation::AllowRefill() {
+  absl::MutexLock lock(&mu_);
+  refill_allowed_ = true;
+}
+
+void NetworkPreparation::Work() {
+  bool make_for_take;
+  {
+    absl::MutexLock lock(&mu_);
+    began_ = true;
+    // Not when the pool had one, nor when Take() went ahead without the thread.
+    make_for_take = !pooled_.ok() && !went_ahead_;
+  }
+  if (make_for_take) {
+    absl::StatusOr<PreparedNetwork> made = prepare_(/*with_sysfs=*/true);
+    absl::MutexLock lock(&mu_);
+    made_ = std::move(made);
+  }
+  if (pool_ != nullptr) {
+    // The next run's: made once this sandbox has started (AllowRefill), so that the kernel work
+    // does not compete with its start, which also waits for RCU grace periods.
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(&refill_allowed_));
+    }
+    absl::StatusOr<PreparedNetwork> next = prepare_(/*with_sysfs=*/false);
+    if (next.ok()) pool_->Add(next->netns.get()).IgnoreError();
+  }
+  if (then_) then_();
 }
 
 absl::StatusOr<PreparedNetwork> NetworkPreparation::Take() {
-  if (!future_.valid()) {
-    return absl::FailedPreconditionError("the prepared network was already taken");
+  if (taken_) return absl::FailedPreconditionError("the prepared network was already taken");
+  taken_ = true;
+  if (pooled_.ok()) {
+    // A pooled namespace that cannot be adopted is dropped, and clone3 makes one.
+    absl::StatusOr<PreparedNetwork> adopted = AdoptNetwork(*std::move(pooled_));
+    if (adopted.ok()) source_ = Source::kPool;
+    return adopted;
   }
-  if (!claimed_.exchange(true)) {
-    future_ = {};
+  absl::MutexLock lock(&mu_);
+  if (!began_) {
+    went_ahead_ = true;
     return absl::UnavailableError("the network thread had not started; clone3 makes the namespace");
   }
-  return future_.get();
+  mu_.Await(absl::Condition(
+      +[](std::optional<absl::StatusOr<PreparedNetwork>>* made) { return made->has_value(); },
+      &made_));
+  source_ = Source::kThread;
+  return *std::move(made_);
 }
 
 }  // namespace moat::sandbox

@@ -1,10 +1,10 @@
-// The sandbox's network namespace, made ahead on a thread of its own.
+// The sandbox's network namespace, made ahead: by an earlier run (netns_pool.h) or on a thread
+// of its own.
 //
 // Why: creating a network namespace is most of clone3's cost (measured here: clone3 into the six
-// namespaces 0.6 ms, 0.13 ms without the network one). Made on another thread while the
-// supervisor resolves the policy and plans the mounts, it is ready when clone3 runs; the
-// supervisor's thread joins it just around clone3 (setns there and back, ~5 us), so the child is
-// born in it.
+// namespaces 0.6 ms, 0.13 ms without the network one). Made ahead, it is ready when clone3 runs;
+// the supervisor's thread joins it just around clone3 (setns there and back, ~5 us), so the child
+// is born in it.
 //
 // The namespace then belongs to the host's user namespace (moat makes it, as root), not to the
 // sandbox's. That is stricter: the sandbox's root cannot configure it at all (no addresses,
@@ -14,13 +14,15 @@
 // handed to the child as a detached, read-only mount (MountPlan::UseDetachedSysfs).
 #pragma once
 
-#include <atomic>
 #include <functional>
-#include <future>
 #include <memory>
-#include <thread>
+#include <optional>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "sandbox/netns_pool.h"
+#include "sandbox/util/side_thread.h"
 #include "sandbox/util/unique_fd.h"
 
 namespace moat::sandbox {
@@ -30,39 +32,68 @@ struct PreparedNetwork {
   UniqueFd sysfs;  // a detached sysfs of that namespace: read-only, nosuid, nodev, noexec
 };
 
-// Makes a network namespace with `lo` up and its sysfs, on the calling thread, and puts the
-// thread back in its own namespace before returning (whatever happened).
-absl::StatusOr<PreparedNetwork> PrepareNetwork();
+// Makes a network namespace with `lo` up and, if `with_sysfs`, its sysfs (a pooled namespace gets
+// its sysfs when taken), on the calling thread, and puts the thread back in its own namespace
+// before returning (whatever happened).
+absl::StatusOr<PreparedNetwork> PrepareNetwork(bool with_sysfs = true);
 
-// PrepareNetwork on a thread of its own, started at construction; then, on the same thread,
+// PrepareNetwork's result for a namespace made earlier (a pooled one): checks that `lo` is up and
+// mounts the namespace's sysfs, from the calling thread, which it puts back where it was.
+absl::StatusOr<PreparedNetwork> AdoptNetwork(UniqueFd netns);
+
+// The sandbox's network namespace, ready when clone3 needs it.
+//
+// With a pool (netns_pool.h), construction claims a namespace an earlier run made (~0.05 ms;
+// Take() adds its sysfs). A side thread, started at construction on another CPU, makes this
+// run's namespace only if the pool had none, and, once AllowRefill() says the sandbox has
+// started, one for the pool, so that the next run finds one ready. Then, on the same thread,
 // `then` (housekeeping that should not hold up the sandbox, and need not start a thread of its
 // own).
 //
 // On a busy machine a new thread can wait milliseconds for a CPU. Waiting for it would then
-// cost more than what it saves, so whoever comes first claims the work: if Take() finds the
-// thread has not begun, it returns Unavailable at once and the thread, when it runs, only does
-// `then` (the caller lets clone3 make the namespace, as without a preparation).
+// cost more than what it saves, so whoever comes first claims the work: if Take() has no pooled
+// namespace and finds the thread not begun, it returns Unavailable at once (the caller lets
+// clone3 make the namespace, as without a preparation) and the thread, when it runs, makes none
+// for this run.
 class NetworkPreparation {
  public:
-  explicit NetworkPreparation(std::function<void()> then = nullptr)
-      : NetworkPreparation(PrepareNetwork, std::move(then)) {}
-  // With another preparation (tests).
-  NetworkPreparation(std::function<absl::StatusOr<PreparedNetwork>()> prepare,
-                     std::function<void()> then);
-  ~NetworkPreparation();  // joins: waits for `then` too
+  explicit NetworkPreparation(std::function<void()> then = nullptr, NetnsPool* pool = nullptr)
+      : NetworkPreparation(PrepareNetwork, std::move(then), pool) {}
+  // With another preparation (tests; its argument: with_sysfs). `pool` must outlive this object.
+  NetworkPreparation(std::function<absl::StatusOr<PreparedNetwork>(bool)> prepare,
+                     std::function<void()> then, NetnsPool* pool = nullptr);
+  ~NetworkPreparation();  // joins: waits for the pool's namespace and `then` too
 
   NetworkPreparation(const NetworkPreparation&) = delete;
   NetworkPreparation& operator=(const NetworkPreparation&) = delete;
 
-  // The network, waiting for it if the thread is making it; Unavailable if the thread had not
-  // begun (it then never will). Once only.
+  // Where Take()'s namespace came from.
+  enum class Source { kNone, kPool, kThread };
+
+  // The network: the pooled one, else the thread's, waiting for it if the thread is making it;
+  // Unavailable if neither (the thread had not begun). Once only.
   absl::StatusOr<PreparedNetwork> Take();
+  Source source() const { return source_; }
+
+  // Lets the thread make the pool's namespace: call once the sandbox has started. Also done by
+  // the destructor.
+  void AllowRefill();
 
  private:
-  std::atomic<bool> claimed_{false};  // by the thread (it prepares) or by Take (nobody does)
-  std::promise<absl::StatusOr<PreparedNetwork>> promise_;
-  std::future<absl::StatusOr<PreparedNetwork>> future_ = promise_.get_future();
-  std::thread thread_;
+  void Work();
+
+  const std::function<absl::StatusOr<PreparedNetwork>(bool)> prepare_;
+  const std::function<void()> then_;
+  NetnsPool* const pool_;
+  absl::StatusOr<UniqueFd> pooled_;  // claimed at construction, before the thread starts
+  bool taken_ = false;
+  Source source_ = Source::kNone;
+  absl::Mutex mu_;
+  bool began_ ABSL_GUARDED_BY(mu_) = false;
+  bool went_ahead_ ABSL_GUARDED_BY(mu_) = false;  // Take() found the thread not begun
+  std::optional<absl::StatusOr<PreparedNetwork>> made_ ABSL_GUARDED_BY(mu_);
+  bool refill_allowed_ ABSL_GUARDED_BY(mu_) = false;
+  SideThread thread_;  // last: started once everything above exists
 };
 
 }  // namespace moat::sandbox

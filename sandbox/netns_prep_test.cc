@@ -9,6 +9,7 @@
 #include <net/if.h>
 #include <sched.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -118,7 +119,7 @@ TEST(NetworkPreparationTest, TakeBeforeTheThreadBeginsClaimsTheWork) {
     bool taken_over = false;
     {
       NetworkPreparation prep(
-          [&]() -> absl::StatusOr<PreparedNetwork> {
+          [&](bool) -> absl::StatusOr<PreparedNetwork> {
             ++prepared;
             return PreparedNetwork{};
           },
@@ -135,6 +136,136 @@ TEST(NetworkPreparationTest, TakeBeforeTheThreadBeginsClaimsTheWork) {
     EXPECT_TRUE(followed) << "the follow-up runs either way";
   }
   std::cout << stolen << " of 200 taken over before the thread began\n";
+}
+
+// With a pool, the first preparation makes this run's namespace on its thread and then, once
+// allowed, the next run's; the next preparation takes that one from the pool.
+class NetnsPrepPoolTest : public NetnsPrepTest {
+ protected:
+  void SetUp() override {
+    NetnsPrepTest::SetUp();
+    if (IsSkipped()) return;
+    char base[] = "/run/netns_prep_test.XXXXXX";
+    ASSERT_NE(::mkdtemp(base), nullptr);
+    base_ = base;
+    pool_ = std::make_unique<NetnsPool>(base_ + "/netns", 2);
+  }
+  void TearDown() override {
+    if (base_.empty()) return;
+    const std::string dir = base_ + "/netns";
+    if (DIR* d = ::opendir(dir.c_str())) {
+      while (struct dirent* e = ::readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        const std::string entry = dir + "/" + e->d_name;
+        ::umount2(entry.c_str(), MNT_DETACH);
+        ::unlink(entry.c_str());
+      }
+      ::closedir(d);
+    }
+    ::umount2(dir.c_str(), MNT_DETACH);
+    ::rmdir(dir.c_str());
+    ::rmdir(base_.c_str());
+  }
+
+  // The inodes of the namespaces waiting in the pool.
+  std::vector<ino_t> Waiting() const {
+    std::vector<ino_t> inodes;
+    const std::string dir = base_ + "/netns";
+    if (DIR* d = ::opendir(dir.c_str())) {
+      while (struct dirent* e = ::readdir(d)) {
+        struct stat st;
+        if (e->d_name[0] != '.' && ::stat((dir + "/" + e->d_name).c_str(), &st) == 0) {
+          inodes.push_back(st.st_ino);
+        }
+      }
+      ::closedir(d);
+    }
+    return inodes;
+  }
+
+  std::string base_;
+  std::unique_ptr<NetnsPool> pool_;
+};
+
+TEST_F(NetnsPrepPoolTest, TheFirstRunFillsThePoolAndTheNextTakesFromIt) {
+  ino_t first_ns = 0;
+  {
+    NetworkPreparation prep(nullptr, pool_.get());
+    absl::SleepFor(absl::Milliseconds(50));  // the thread has begun by then
+    absl::StatusOr<PreparedNetwork> net = prep.Take();
+    ASSERT_TRUE(net.ok()) << net.status();
+    EXPECT_EQ(prep.source(), NetworkPreparation::Source::kThread);
+    first_ns = NetnsInode(net->netns.get());
+    EXPECT_TRUE(Waiting().empty()) << "the pool's namespace waits for AllowRefill";
+    prep.AllowRefill();
+  }
+  std::vector<ino_t> waiting = Waiting();
+  ASSERT_EQ(waiting.size(), 1u);
+  EXPECT_NE(waiting[0], first_ns);
+
+  NetworkPreparation next(nullptr, pool_.get());
+  absl::StatusOr<PreparedNetwork> net = next.Take();
+  ASSERT_TRUE(net.ok()) << net.status();
+  EXPECT_EQ(next.source(), NetworkPreparation::Source::kPool);
+  EXPECT_EQ(NetnsInode(net->netns.get()), waiting[0]);
+  ASSERT_TRUE(net->sysfs.valid());
+  next.AllowRefill();
+  absl::SleepFor(absl::Milliseconds(50));
+  std::vector<ino_t> refilled = Waiting();
+  ASSERT_EQ(refilled.size(), 1u) << "refilled for the run after";
+  EXPECT_NE(refilled[0], waiting[0]) << "a namespace is never handed out twice";
+}
+
+// A pooled namespace comes with what the thread's would have: lo up, and a sysfs showing it.
+TEST_F(NetnsPrepTest, AdoptingANamespaceBringsLoUpAndMountsItsSysfs) {
+  // A bare namespace, lo down, made on a thread of its own.
+  UniqueFd bare;
+  std::thread maker([&] {
+    if (::unshare(CLONE_NEWNET) == 0) bare.reset(::open("/proc/thread-self/ns/net", O_RDONLY));
+  });
+  maker.join();
+  ASSERT_TRUE(bare.valid());
+  const ino_t bare_ino = NetnsInode(bare.get());
+  const ino_t before = OwnNetnsInode();
+  absl::StatusOr<PreparedNetwork> net = AdoptNetwork(std::move(bare));
+  ASSERT_TRUE(net.ok()) << net.status();
+  EXPECT_EQ(OwnNetnsInode(), before) << "the thread stayed in the adopted namespace";
+  EXPECT_EQ(NetnsInode(net->netns.get()), bare_ino);
+  short flags = 0;
+  std::thread inside([&] {
+    if (::setns(net->netns.get(), CLONE_NEWNET) != 0) return;
+    int sock = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct ifreq ifr = {};
+    std::memcpy(ifr.ifr_name, "lo", 3);
+    if (::ioctl(sock, SIOCGIFFLAGS, &ifr) == 0) flags = ifr.ifr_flags;
+    ::close(sock);
+  });
+  inside.join();
+  EXPECT_TRUE(flags & IFF_UP);
+  ASSERT_TRUE(net->sysfs.valid());
+  struct stat st;
+  EXPECT_EQ(::fstatat(net->sysfs.get(), "class/net/lo", &st, 0), 0) << strerror(errno);
+}
+
+// Nothing for the pool is made before AllowRefill (so that it cannot slow the sandbox's start),
+// and it is made by the destructor's time.
+TEST(NetworkPreparationTest, ThePoolsNamespaceIsMadeOnlyOnceAllowed) {
+  NetnsPool pool("/nonexistent/moat-netns-pool-test", 2);  // never has one; Add fails quietly
+  std::atomic<int> prepared{0};
+  {
+    NetworkPreparation prep(
+        [&](bool) -> absl::StatusOr<PreparedNetwork> {
+          ++prepared;
+          return PreparedNetwork{};
+        },
+        nullptr, &pool);
+    absl::SleepFor(absl::Milliseconds(50));
+    absl::StatusOr<PreparedNetwork> net = prep.Take();
+    ASSERT_TRUE(net.ok()) << net.status();
+    absl::SleepFor(absl::Milliseconds(50));
+    EXPECT_EQ(prepared, 1) << "only this run's, so far";
+  }
+  EXPECT_EQ(prepared, 2) << "and the pool's once the destructor allowed it";
 }
 
 }  // namespace

@@ -78,18 +78,23 @@ std::vector<std::pair<std::string, std::string>> DefaultSandboxEnv() {
           {"LOGNAME", "root"},    {"HOSTNAME", "moat"}, {"TERM", "dumb"}};
 }
 
-absl::StatusOr<std::unique_ptr<Runner>> Runner::Create() {
+absl::StatusOr<std::unique_ptr<Runner>> Runner::Create(const RunnerOptions& options) {
   ASSIGN_OR_RETURN(CgroupLayout layout, DetectCgroupLayout());
   // The v1 freezer only keeps KillAll safe from processes forking while they are killed; a
   // sandbox's processes all die with its init (pid namespace) anyway. Leaving it out saves one
   // hierarchy to create, join and remove on every run.
   layout.v1_mounts.erase("freezer");
   RETURN_IF_ERROR(PlanCgroup(layout).status());  // a missing controller fails here, early
-  // Now the slowest step of the first sandbox's setup, on a thread of its own (netns_prep.h).
-  auto network = std::make_unique<NetworkPreparation>(CleanupAfter(layout));
+  // Now the slowest step of the first sandbox's setup: the next run's network namespace is made
+  // on a thread of its own, and this one's too when no earlier run left one (netns_prep.h).
+  std::unique_ptr<NetnsPool> pool;
+  if (!options.netns_pool_dir.empty()) {
+    pool = std::make_unique<NetnsPool>(options.netns_pool_dir, options.netns_pool_capacity);
+  }
+  auto network = std::make_unique<NetworkPreparation>(CleanupAfter(layout), pool.get());
   ASSIGN_OR_RETURN(IdMapping ids, DefaultIdMapping());
   return std::unique_ptr<Runner>(
-      new Runner(std::move(layout), ids, LastCapability(), std::move(network)));
+      new Runner(std::move(layout), ids, LastCapability(), std::move(pool), std::move(network)));
 }
 
 absl::StatusOr<const SeccompProgram*> Runner::Seccomp() {
@@ -110,7 +115,8 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   const absl::Time begin = absl::Now();
   // Its thread then removes what crashed runs left (CleanupAfter), off the command's path.
   std::unique_ptr<NetworkPreparation> network =
-      network_ ? std::move(network_) : std::make_unique<NetworkPreparation>(CleanupAfter(layout_));
+      network_ ? std::move(network_)
+               : std::make_unique<NetworkPreparation>(CleanupAfter(layout_), netns_pool_.get());
   // cgroups. On v2 the cgroup comes first: the child is created inside it. On v1 the warm-up
   // thread starts at once (see cgroup_prewarm.h) and then makes (or claims) the cgroup: that
   // needs the cgroup mutex, which the warm-up holds through its grace period, so on this thread
@@ -218,7 +224,12 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
     return cgroup.get();
   };
   spawn.pipe_stdin = request.stdin_fd >= 0;
-  if (egress) spawn.before_start = [&](int pidfd) { return egress->Attach(pidfd); };
+  spawn.before_start = [&](int pidfd) {
+    // In its cgroup (whose attach waits for RCU grace periods, which a busy CPU would delay):
+    // the next run's network namespace can be made now, beside this one's mount work.
+    network->AllowRefill();
+    return egress ? egress->Attach(pidfd) : absl::OkStatus();
+  };
   if (prepared_net) spawn.netns_fd = net->netns.get();
   ASSIGN_OR_RETURN(SandboxProcess proc, SpawnSandbox(plan, spawn));
   if (net.ok()) *net = PreparedNetwork{};  // the child has them now
@@ -250,7 +261,10 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
         {"cgroup ready (v2) or warm-up started (v1)", cgroup_ready},
         {"seccomp ready", seccomp_ready},
         {"mount plan", planned},
-        {prepared_net ? "network namespace ready" : "network namespace not prepared",
+        {!prepared_net ? "network namespace not prepared"
+         : network->source() == NetworkPreparation::Source::kPool
+             ? "network namespace from the pool"
+             : "network namespace made meanwhile",
          network_ready}};
     timeline.insert(timeline.end(), proc.timeline.begin(), proc.timeline.end());
     timeline.emplace_back("supervision done", absl::Now());

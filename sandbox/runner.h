@@ -43,10 +43,17 @@ struct RunRequest {
   std::optional<egress::EgressOptions> egress;
 };
 
+struct RunnerOptions {
+  // Where network namespaces made ahead wait for the next sandboxes (netns_pool.h); "" for none
+  // (each sandbox's is made while it starts).
+  std::string netns_pool_dir = NetnsPool::kDefaultDir;
+  int netns_pool_capacity = 2;
+};
+
 // Not thread-safe: one Run() at a time per Runner.
 class Runner {
  public:
-  static absl::StatusOr<std::unique_ptr<Runner>> Create();
+  static absl::StatusOr<std::unique_ptr<Runner>> Create(const RunnerOptions& options = {});
 
   // Fails (and runs nothing) if any setup step fails; otherwise returns the result, whatever the
   // command did.
@@ -55,9 +62,13 @@ class Runner {
   const CgroupLayout& cgroup_layout() const { return layout_; }
 
  private:
-  Runner(CgroupLayout layout, IdMapping ids, int last_cap,
+  Runner(CgroupLayout layout, IdMapping ids, int last_cap, std::unique_ptr<NetnsPool> netns_pool,
          std::unique_ptr<NetworkPreparation> network)
-      : layout_(std::move(layout)), ids_(ids), last_cap_(last_cap), network_(std::move(network)) {}
+      : layout_(std::move(layout)),
+        ids_(ids),
+        last_cap_(last_cap),
+        netns_pool_(std::move(netns_pool)),
+        network_(std::move(network)) {}
 
   // Built on first use, in the shadow of the cgroup warm-up (see Run).
   absl::StatusOr<const SeccompProgram*> Seccomp();
@@ -67,6 +78,7 @@ class Runner {
   IdMapping ids_;
   int last_cap_;
   uint64_t runs_ = 0;
+  std::unique_ptr<NetnsPool> netns_pool_;        // null: none; outlives network_
   std::unique_ptr<NetworkPreparation> network_;  // for the next Run, if already started
 };
 

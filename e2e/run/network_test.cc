@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 
@@ -289,6 +290,38 @@ TEST_F(NetworkTest, NetworkConfigurationIsRefused) {
   ASSERT_TRUE(r.is_object());
   EXPECT_THAT(r["stdout"].get<std::string>(), Not(HasSubstr("ESCAPED"))) << Describe(r);
   EXPECT_EQ(r["stdout"], "1\n") << Describe(r);
+}
+
+// Every run gets a network namespace that no sandbox used before (netns_pool.h hands each one
+// out once): nothing of an earlier run's traffic shows in the next, neither its connections
+// (TIME_WAIT lasts a minute) nor lo's packet counters.
+TEST_F(NetworkTest, NothingOfAnEarlierRunsNetworkShowsInTheNext) {
+  const std::string show = "grep 'lo:' /proc/net/dev; tail -q -n +2 /proc/net/tcp /proc/net/tcp6";
+  // The lo line's received bytes, and the sockets listed after it.
+  auto parse = [](const std::string& out, uint64_t* rx_bytes, std::string* sockets) {
+    const size_t eol = out.find('\n');
+    const std::string lo = out.substr(0, eol);
+    *rx_bytes = std::strtoull(lo.substr(lo.find(':') + 1).c_str(), nullptr, 10);
+    *sockets = eol == std::string::npos ? "" : out.substr(eol + 1);
+  };
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    nlohmann::json earlier =
+        RunJson({}, Sh(absl::StrCat(Attack("net_probe"), " loopback >/dev/null; ", show)));
+    ASSERT_TRUE(earlier.is_object());
+    uint64_t rx = 0;
+    std::string sockets;
+    parse(earlier["stdout"], &rx, &sockets);
+    // The control: the traffic and the connection show in the run that made them.
+    ASSERT_GT(rx, 0u) << Describe(earlier);
+    ASSERT_THAT(sockets, HasSubstr("0100007F")) << Describe(earlier);
+
+    nlohmann::json next = RunJson({}, Sh(show));
+    ASSERT_TRUE(next.is_object());
+    parse(next["stdout"], &rx, &sockets);
+    EXPECT_EQ(rx, 0u) << "lo counted an earlier run's traffic\n" << Describe(next);
+    EXPECT_EQ(sockets, "") << "an earlier run's connection is listed\n" << Describe(next);
+  }
 }
 
 // /run holds the host's sockets (D-Bus, Docker, systemd, databases): empty inside, with /var/run.

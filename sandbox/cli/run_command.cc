@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -121,7 +122,12 @@ int RunCommandMain(const std::vector<std::string>& args) {
   if (cancel_fd < 0) return Fail("cannot watch for interrupts (signalfd)");
 
   // The runner first: it starts the slow cgroup warm-up, which then overlaps the policy work.
-  absl::StatusOr<std::unique_ptr<sandbox::Runner>> runner = sandbox::Runner::Create();
+  // MOAT_NETNS_POOL: where network namespaces made ahead wait (netns_pool.h); "off" for none.
+  sandbox::RunnerOptions runner_options;
+  if (const char* pool = std::getenv("MOAT_NETNS_POOL"); pool != nullptr) {
+    runner_options.netns_pool_dir = std::strcmp(pool, "off") == 0 ? "" : pool;
+  }
+  absl::StatusOr<std::unique_ptr<sandbox::Runner>> runner = sandbox::Runner::Create(runner_options);
   if (!runner.ok()) return Fail(runner.status().message());
   absl::StatusOr<sandbox::RunRequest> request = BuildRequest(*flags);
   if (!request.ok()) return Fail(request.status().message());
