@@ -87,6 +87,7 @@ void ExecInit(const ContainPlan& p) {
 // The command: the last steps, then execve. Never returns.
 [[noreturn]] void RunCommand(const ContainPlan& p) {
   const int err = p.error_fd;
+  if (p.trace) p.trace->Stamp(ChildTrace::kCommandCloned);
   // A new session: no controlling terminal, so TIOCSTI has no terminal to inject into.
   if (::setsid() < 0) ReportChildFailure(err, "new session (setsid)", nullptr, errno), ::_exit(125);
   ResetSignals();
@@ -103,6 +104,7 @@ void ExecInit(const ContainPlan& p) {
   // Seccomp last: from here on only the filter's allowlist works (sendmsg, close, execve are on
   // it).
   InstallSeccompOrExit(p, err);
+  if (p.trace) p.trace->Stamp(ChildTrace::kSeccompOn);
   ExecSearchingPath(p.argv[0], p.argv.data(), p.envp.data(), p.search_path.c_str());
   int e = errno;
   ReportChildFailure(err, "execve", p.argv[0], e);
@@ -137,6 +139,7 @@ void ContainAndRun(const ContainPlan& p) {
 
   // 1. user: root of the namespace, mapped to an unprivileged host id.
   AwaitSupervisor(p.sync_fd, kSyncIdsMapped);
+  if (p.trace) p.trace->Stamp(ChildTrace::kIdsMapped);
   if (!BecomeNamespaceRoot(p.ids.privileged, err)) ::_exit(125);
   // Changing credentials clears the parent-death signal: arm it again. If the supervisor died
   // in between, the wait for 'C' below sees EOF and we exit.
@@ -151,16 +154,19 @@ void ContainAndRun(const ContainPlan& p) {
   }
   // 4. mount: the file system view, then pivot_root.
   if (!p.mounts->Execute(err)) ::_exit(125);
+  if (p.trace) p.trace->Stamp(ChildTrace::kMountsDone);
   // 5. cgroup: the supervisor has moved us into the sandbox's cgroup; make it our root.
   AwaitSupervisor(p.sync_fd, kSyncInCgroup);
   if (::unshare(CLONE_NEWCGROUP) != 0) {
     ReportChildFailure(err, "cgroup namespace (unshare)", nullptr, errno);
     ::_exit(125);
   }
+  if (p.trace) p.trace->Stamp(ChildTrace::kCgroupEntered);
   // 6. privileges: none, for init and (inherited) for the command.
   if (!DropAllCapabilities(p.last_cap, err)) ::_exit(125);
   // Init must not be traced or inspected by the command, which runs as the same uid.
   ::prctl(PR_SET_DUMPABLE, 0);
+  if (p.trace) p.trace->Stamp(ChildTrace::kPrivilegesDropped);
 
   if (p.reaper) {
     // A long-lived sandbox: init stays and starts commands on request (reaper.h). What ends it

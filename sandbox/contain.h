@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "sandbox/child_trace.h"
 #include "sandbox/mounts.h"
 #include "sandbox/rlimits.h"
 #include "sandbox/userns.h"
@@ -70,6 +71,8 @@ struct ContainPlan {
   int stderr_fd = -1;
   int sync_fd = -1;   // SOCK_SEQPACKET to the supervisor
   int error_fd = -1;  // CLOEXEC pipe; a ChildFailure record on error
+
+  ChildTrace* trace = nullptr;  // MOAT_TRACE: stamp the steps here (shared memory)
 
   // Fills argv/envp from the storage vectors. Call after changing them.
   void Finalize();

@@ -203,6 +203,9 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   plan.seccomp = seccomp->fprog();
   plan.seccomp_listener = seccomp->notifies();
   plan.Finalize();
+  ChildTrace* child_trace = request.trace ? ChildTrace::Create() : nullptr;
+  auto unmap_trace = absl::MakeCleanup([child_trace] { ChildTrace::Destroy(child_trace); });
+  plan.trace = child_trace;
 
   // The network namespace made meanwhile. If that failed (or the plan has no room for one more
   // descriptor), clone3 makes the namespace and the child brings lo up and mounts sysfs, as
@@ -267,7 +270,13 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
              : "network namespace made meanwhile",
          network_ready}};
     timeline.insert(timeline.end(), proc.timeline.begin(), proc.timeline.end());
+    if (child_trace != nullptr) {
+      std::vector<std::pair<const char*, absl::Time>> child = child_trace->Timeline();
+      timeline.insert(timeline.end(), child.begin(), child.end());
+    }
     timeline.emplace_back("supervision done", absl::Now());
+    std::stable_sort(timeline.begin(), timeline.end(),
+                     [](const auto& a, const auto& b) { return a.second < b.second; });
     for (const auto& [phase, at] : timeline) {
       std::fprintf(stderr, "moat trace: %8.3f ms  %s\n", absl::ToDoubleMilliseconds(at - begin),
                    phase);

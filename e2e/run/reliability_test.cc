@@ -3,7 +3,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "e2e/run/harness.h"
 
 namespace moat::e2e {
@@ -30,6 +38,47 @@ TEST_F(E2eTest, SetupNeverHangs) {
   }
   EXPECT_EQ(hung, 0) << hung << " of " << kRuns << " sandboxes hung in setup";
   EXPECT_EQ(failed, 0) << errors;
+}
+
+// MOAT_TRACE prints the setup timeline: the supervisor's steps and, stamped by the sandbox itself
+// into shared memory, the child's and the command's, in the order they happened.
+TEST_F(E2eTest, TheSetupTraceShowsTheSandboxsOwnStepsInOrder) {
+  MoatOptions options;
+  options.env = {"MOAT_TRACE=1"};
+  MoatResult r = RunPlain({}, {"/bin/true"}, options);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::pair<std::string, double>> steps;
+  for (absl::string_view line : absl::StrSplit(r.err, '\n')) {
+    if (!absl::ConsumePrefix(&line, "moat trace:")) continue;
+    line = absl::StripLeadingAsciiWhitespace(line);
+    const size_t ms = line.find(" ms  ");
+    ASSERT_NE(ms, absl::string_view::npos) << line;
+    double at = 0;
+    ASSERT_TRUE(absl::SimpleAtod(line.substr(0, ms), &at)) << line;
+    steps.emplace_back(std::string(line.substr(ms + 5)), at);
+  }
+  auto at = [&](const std::string& name) -> double {
+    for (const auto& [step, ms] : steps) {
+      if (step == name) return ms;
+    }
+    ADD_FAILURE() << "no \"" << name << "\" in the trace:\n" << r.err;
+    return -1;
+  };
+  const std::vector<std::string> in_order = {"clone3",
+                                             "child: id maps received",
+                                             "child: mounts done, pivoted",
+                                             "child: in its cgroup",
+                                             "child: privileges dropped",
+                                             "command: cloned (pid 2)",
+                                             "command: seccomp on, execve",
+                                             "command started",
+                                             "supervision done"};
+  for (size_t i = 1; i < in_order.size(); ++i) {
+    EXPECT_LE(at(in_order[i - 1]), at(in_order[i])) << in_order[i - 1] << " / " << in_order[i];
+  }
+  for (size_t i = 1; i < steps.size(); ++i) {
+    EXPECT_LE(steps[i - 1].second, steps[i].second) << "printed out of order:\n" << r.err;
+  }
 }
 
 }  // namespace
