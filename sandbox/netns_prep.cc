@@ -102,17 +102,25 @@ void NetworkPreparation::AllowRefill() {
 }
 
 void NetworkPreparation::Work() {
-  bool make_for_take;
+  bool for_take;
   {
     absl::MutexLock lock(&mu_);
     began_ = true;
-    // Not when the pool had one, nor when Take() went ahead without the thread.
-    make_for_take = !pooled_.ok() && !went_ahead_;
+    // Not when Take() went ahead without the thread (it then owns pooled_).
+    for_take = !went_ahead_;
   }
-  if (make_for_take) {
-    absl::StatusOr<PreparedNetwork> made = prepare_(/*with_sysfs=*/true);
+  if (for_take) {
+    // This run's: the pooled one (its sysfs mounted here, off the main thread), else a new one.
+    Source source = Source::kPool;
+    absl::StatusOr<PreparedNetwork> made =
+        pooled_.ok() ? AdoptNetwork(*std::move(pooled_)) : absl::NotFoundError("none pooled");
+    if (!made.ok()) {
+      source = Source::kThread;
+      made = prepare_(/*with_sysfs=*/true);
+    }
     absl::MutexLock lock(&mu_);
     made_ = std::move(made);
+    made_source_ = source;
   }
   if (pool_ != nullptr) {
     // The next run's: made once this sandbox has started (AllowRefill), so that the kernel work
@@ -130,22 +138,24 @@ void NetworkPreparation::Work() {
 absl::StatusOr<PreparedNetwork> NetworkPreparation::Take() {
   if (taken_) return absl::FailedPreconditionError("the prepared network was already taken");
   taken_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    if (began_) {
+      mu_.Await(absl::Condition(
+          +[](std::optional<absl::StatusOr<PreparedNetwork>>* made) { return made->has_value(); },
+          &made_));
+      if (made_->ok()) source_ = made_source_;
+      return *std::move(made_);
+    }
+    went_ahead_ = true;  // the thread will not touch pooled_ now
+  }
   if (pooled_.ok()) {
     // A pooled namespace that cannot be adopted is dropped, and clone3 makes one.
     absl::StatusOr<PreparedNetwork> adopted = AdoptNetwork(*std::move(pooled_));
     if (adopted.ok()) source_ = Source::kPool;
     return adopted;
   }
-  absl::MutexLock lock(&mu_);
-  if (!began_) {
-    went_ahead_ = true;
-    return absl::UnavailableError("the network thread had not started; clone3 makes the namespace");
-  }
-  mu_.Await(absl::Condition(
-      +[](std::optional<absl::StatusOr<PreparedNetwork>>* made) { return made->has_value(); },
-      &made_));
-  source_ = Source::kThread;
-  return *std::move(made_);
+  return absl::UnavailableError("the network thread had not started; clone3 makes the namespace");
 }
 
 }  // namespace moat::sandbox

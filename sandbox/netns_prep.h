@@ -43,18 +43,18 @@ absl::StatusOr<PreparedNetwork> AdoptNetwork(UniqueFd netns);
 
 // The sandbox's network namespace, ready when clone3 needs it.
 //
-// With a pool (netns_pool.h), construction claims a namespace an earlier run made (~0.05 ms;
-// Take() adds its sysfs). A side thread, started at construction on another CPU, makes this
-// run's namespace only if the pool had none, and, once AllowRefill() says the sandbox has
-// started, one for the pool, so that the next run finds one ready. Then, on the same thread,
+// With a pool (netns_pool.h), construction claims a namespace an earlier run made (~0.05 ms).
+// A side thread, started at construction on another CPU, readies it (its sysfs), or makes this
+// run's namespace if the pool had none; once AllowRefill() says the sandbox has started, it
+// makes one for the pool, so that the next run finds one ready. Then, on the same thread,
 // `then` (housekeeping that should not hold up the sandbox, and need not start a thread of its
 // own).
 //
 // On a busy machine a new thread can wait milliseconds for a CPU. Waiting for it would then
-// cost more than what it saves, so whoever comes first claims the work: if Take() has no pooled
-// namespace and finds the thread not begun, it returns Unavailable at once (the caller lets
-// clone3 make the namespace, as without a preparation) and the thread, when it runs, makes none
-// for this run.
+// cost more than what it saves, so whoever comes first claims the work: if Take() finds the
+// thread not begun, it readies the pooled namespace itself, or with none returns Unavailable at
+// once (the caller lets clone3 make the namespace, as without a preparation); the thread, when
+// it runs, then makes none for this run.
 class NetworkPreparation {
  public:
   explicit NetworkPreparation(std::function<void()> then = nullptr, NetnsPool* pool = nullptr)
@@ -85,13 +85,16 @@ class NetworkPreparation {
   const std::function<absl::StatusOr<PreparedNetwork>(bool)> prepare_;
   const std::function<void()> then_;
   NetnsPool* const pool_;
-  absl::StatusOr<UniqueFd> pooled_;  // claimed at construction, before the thread starts
+  // Claimed at construction, before the thread starts; then the thread's, or Take()'s if it
+  // finds the thread not begun (went_ahead_).
+  absl::StatusOr<UniqueFd> pooled_;
   bool taken_ = false;
   Source source_ = Source::kNone;
   absl::Mutex mu_;
   bool began_ ABSL_GUARDED_BY(mu_) = false;
   bool went_ahead_ ABSL_GUARDED_BY(mu_) = false;  // Take() found the thread not begun
-  std::optional<absl::StatusOr<PreparedNetwork>> made_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::StatusOr<PreparedNetwork>> made_ ABSL_GUARDED_BY(mu_);  // for Take
+  Source made_source_ ABSL_GUARDED_BY(mu_) = Source::kNone;
   bool refill_allowed_ ABSL_GUARDED_BY(mu_) = false;
   SideThread thread_;  // last: started once everything above exists
 };
