@@ -109,13 +109,13 @@ absl::Status NetnsPool::Prepare() {
         "network namespace pool: ", dir_, " must be owned by uid ", ::geteuid(),
         " and closed to everyone else (mode 0700); remove it and moat makes it again"));
   }
-  if (IsMountRoot(dir.get(), "")) return absl::OkStatus();
-  // Make it a private mount of itself, once (a lock keeps two first runs from both doing it).
+  // Make it a private mount of itself, once (a lock keeps two first runs from both binding it).
+  // Private every time: a process that died between the two steps left it as the parent's.
   if (::flock(dir.get(), LOCK_EX) != 0) return ErrnoStatus("network namespace pool: lock");
   absl::Status made = absl::OkStatus();
-  if (!IsMountRoot(AT_FDCWD, dir_.c_str()) &&
-      (::mount(dir_.c_str(), dir_.c_str(), nullptr, MS_BIND, nullptr) != 0 ||
-       ::mount(nullptr, dir_.c_str(), nullptr, MS_PRIVATE, nullptr) != 0)) {
+  if ((!IsMountRoot(AT_FDCWD, dir_.c_str()) &&
+       ::mount(dir_.c_str(), dir_.c_str(), nullptr, MS_BIND, nullptr) != 0) ||
+      ::mount(nullptr, dir_.c_str(), nullptr, MS_PRIVATE, nullptr) != 0) {
     made = ErrnoStatus(absl::StrCat("network namespace pool: make ", dir_, " a private mount"));
   }
   ::flock(dir.get(), LOCK_UN);
@@ -126,7 +126,7 @@ absl::StatusOr<bool> NetnsPool::Add(int netns_fd) {
   if (!IsOurNetworkNamespace(netns_fd)) {
     return absl::InvalidArgumentError("network namespace pool: not a network namespace of ours");
   }
-  if (!IsMountRoot(AT_FDCWD, dir_.c_str())) RETURN_IF_ERROR(Prepare());
+  RETURN_IF_ERROR(Prepare());
 
   // Opened again after Prepare: the directory seen through its own mount.
   UniqueFd dir(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));

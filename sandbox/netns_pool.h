@@ -43,7 +43,8 @@ class NetnsPool {
   const std::string& dir() const { return dir_; }
 
  private:
-  // Creates the directory as a private mount of itself, once.
+  // Creates the directory as a private mount of itself if it is not one yet; checks its owner
+  // and mode, and that it is private, every time.
   absl::Status Prepare();
 
   std::string dir_;

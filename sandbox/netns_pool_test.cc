@@ -135,6 +135,27 @@ TEST_F(NetnsPoolTest, TheDirectoryIsRootsAloneAndAPrivateMount) {
   EXPECT_TRUE(seen) << dir_ << " is not a mount point";
 }
 
+// A maker that died between binding the directory on itself and making it private left a shared
+// mount: the next Add makes it private.
+TEST_F(NetnsPoolTest, APoolDirectoryLeftSharedIsMadePrivate) {
+  ASSERT_EQ(::mkdir(dir_.c_str(), 0700), 0);
+  ASSERT_EQ(::mount(dir_.c_str(), dir_.c_str(), nullptr, MS_BIND, nullptr), 0);
+  ASSERT_EQ(::mount(nullptr, dir_.c_str(), nullptr, MS_SHARED, nullptr), 0);
+  auto propagation = [&] {
+    std::ifstream in("/proc/self/mountinfo");
+    for (std::string line; std::getline(in, line);) {
+      std::vector<std::string> fields = absl::StrSplit(line, ' ');
+      if (fields.size() > 6 && fields[4] == dir_) return fields[6];
+    }
+    return std::string("not mounted");
+  };
+  ASSERT_THAT(propagation(), ::testing::HasSubstr("shared:"));
+  NetnsPool pool(dir_, 1);
+  UniqueFd made = NewNamespace();
+  ASSERT_TRUE(*pool.Add(made.get()));
+  EXPECT_EQ(propagation(), "-") << "no propagation tags: private";
+}
+
 TEST_F(NetnsPoolTest, RefusesADirectoryOthersCanEnter) {
   ASSERT_EQ(::mkdir(dir_.c_str(), 0755), 0);
   ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
