@@ -26,6 +26,7 @@ class ChildTrace {
     kPrivilegesDropped,
     kCommandCloned,  // command: running as pid 2
     kSeccompOn,      // command: filter installed, about to execve
+    kCommandExited,  // init: reaped the command, about to report and exit
     kCount,
   };
 
@@ -49,9 +50,6 @@ class ChildTrace {
 
   // Supervisor side: the steps stamped so far, on absl's clock.
   std::vector<std::pair<const char*, absl::Time>> Timeline() const {
-    static constexpr const char* kNames[kCount] = {
-        "child: id maps received",   "child: mounts done, pivoted", "child: in its cgroup",
-        "child: privileges dropped", "command: cloned (pid 2)",     "command: seccomp on, execve"};
     struct timespec now_mono;
     ::clock_gettime(CLOCK_MONOTONIC, &now_mono);
     const absl::Time now = absl::Now();
@@ -59,13 +57,35 @@ class ChildTrace {
     std::vector<std::pair<const char*, absl::Time>> steps;
     for (int i = 0; i < kCount; ++i) {
       const int64_t at = ns_[i].load(std::memory_order_relaxed);
-      if (at != 0) steps.emplace_back(kNames[i], now - absl::Nanoseconds(now_ns - at));
+      if (at != 0) steps.emplace_back(Name(Step(i)), now - absl::Nanoseconds(now_ns - at));
     }
     return steps;
   }
 
  private:
   ChildTrace() = default;
+
+  static const char* Name(Step step) {
+    switch (step) {
+      case kIdsMapped:
+        return "child: id maps received";
+      case kMountsDone:
+        return "child: mounts done, pivoted";
+      case kCgroupEntered:
+        return "child: in its cgroup";
+      case kPrivilegesDropped:
+        return "child: privileges dropped";
+      case kCommandCloned:
+        return "command: cloned (pid 2)";
+      case kSeccompOn:
+        return "command: seccomp on, execve";
+      case kCommandExited:
+        return "init: command exited";
+      case kCount:
+        break;
+    }
+    return "?";
+  }
   std::atomic<int64_t> ns_[kCount] = {};
 };
 

@@ -208,6 +208,7 @@ void ContainAndRun(const ContainPlan& p) {
     int status = 0;
     pid_t r = ::waitpid(-1, &status, 0);
     if (r == pid) {
+      if (p.trace) p.trace->Stamp(ChildTrace::kCommandExited);
       ::send(p.sync_fd, &status, sizeof(status), MSG_NOSIGNAL);
       ::_exit(0);
     }

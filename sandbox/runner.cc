@@ -274,6 +274,10 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
       std::vector<std::pair<const char*, absl::Time>> child = child_trace->Timeline();
       timeline.insert(timeline.end(), child.begin(), child.end());
     }
+    if (result.ok()) {
+      // Init's end: the kernel has torn down its namespaces and killed what was left.
+      timeline.emplace_back("init reaped", proc.started + absl::Seconds(result->wall_seconds));
+    }
     timeline.emplace_back("supervision done", absl::Now());
     std::stable_sort(timeline.begin(), timeline.end(),
                      [](const auto& a, const auto& b) { return a.second < b.second; });
