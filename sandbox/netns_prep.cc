@@ -123,8 +123,8 @@ void NetworkPreparation::Work() {
     made_source_ = source;
   }
   if (pool_ != nullptr) {
-    // The next run's: made once this sandbox has started (AllowRefill), so that the kernel work
-    // does not compete with its start, which also waits for RCU grace periods.
+    // The next run's: made once this sandbox is in its cgroup (AllowRefill), so that the kernel
+    // work does not compete with the cgroup move, which waits for RCU grace periods.
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(&refill_allowed_));

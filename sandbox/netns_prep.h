@@ -45,13 +45,14 @@ absl::StatusOr<PreparedNetwork> AdoptNetwork(UniqueFd netns);
 //
 // With a pool (netns_pool.h), construction claims a namespace an earlier run made (~0.05 ms).
 // A side thread, started at construction on another CPU, readies it (its sysfs), or makes this
-// run's namespace if the pool had none; once AllowRefill() says the sandbox has started, it
+// run's namespace if the pool had none; once AllowRefill() says the sandbox is in its cgroup, it
 // makes one for the pool, so that the next run finds one ready. Then, on the same thread,
 // `then` (housekeeping that should not hold up the sandbox, and need not start a thread of its
 // own).
 //
-// On a busy machine a new thread can wait milliseconds for a CPU. Waiting for it would then
-// cost more than what it saves, so whoever comes first claims the work: if Take() finds the
+// On a busy machine a new thread can wait milliseconds for a CPU (or not be made at all, under a
+// process limit). Waiting for it would then cost more than what it saves, so whoever comes first
+// claims the work: if Take() finds the
 // thread not begun, it readies the pooled namespace itself, or with none returns Unavailable at
 // once (the caller lets clone3 make the namespace, as without a preparation); the thread, when
 // it runs, then makes none for this run.
@@ -75,8 +76,9 @@ class NetworkPreparation {
   absl::StatusOr<PreparedNetwork> Take();
   Source source() const { return source_; }
 
-  // Lets the thread make the pool's namespace: call once the sandbox has started. Also done by
-  // the destructor.
+  // Lets the thread make the pool's namespace: call once the sandbox is in its cgroup (before
+  // that, the kernel work would delay the cgroup move's grace period). Also done by the
+  // destructor.
   void AllowRefill();
 
  private:

@@ -26,7 +26,7 @@ SideThread::SideThread(std::function<void()> body) : body_(std::move(body)) {
     joinable_ = pthread_create(&thread_, nullptr, &SideThread::Start, this) == 0;
   }
   if (have_attr) pthread_attr_destroy(&attr);
-  if (!joinable_) Start(this);
+  started_ = joinable_;
 }
 
 SideThread::~SideThread() { Join(); }

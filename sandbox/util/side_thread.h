@@ -10,8 +10,9 @@
 // a busy CPU while another is free.
 //
 // With one usable CPU, or if the affinity cannot be set, the thread is created as usual. If no
-// thread can be created at all, `body` runs on the caller before the constructor returns (late,
-// never lost: every user of this class treats the work as an optimisation or joins it anyway).
+// thread can be created at all (a process or thread limit), `body` does not run: started() says
+// so, and the caller does the work itself or goes without. (Running it inline instead would
+// deadlock a body that waits for its creator.)
 #pragma once
 
 #include <pthread.h>
@@ -29,7 +30,10 @@ class SideThread {
   SideThread(const SideThread&) = delete;
   SideThread& operator=(const SideThread&) = delete;
 
-  // Waits for `body` to return. Idempotent.
+  // Whether the thread exists: false if it could not be created, and `body` will never run.
+  bool started() const { return started_; }
+
+  // Waits for `body` to return. Idempotent; nothing to wait for if the thread never started.
   void Join();
 
   // The CPU left out at creation (the creator's), or -1 if none was.
@@ -46,6 +50,7 @@ class SideThread {
   int avoided_cpu_ = -1;
   int started_on_ = -1;
   pthread_t thread_{};
+  bool started_ = false;
   bool joinable_ = false;
 };
 
