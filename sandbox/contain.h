@@ -10,7 +10,7 @@
 //                             │         mounts (MountPlan), pivot_root
 //   send 'C' ◀────────────────┘ ──────▶ wait for 'C'; unshare cgroup ns
 //                                       drop capabilities, no_new_privs
-//                                       fork ──────────────────────────▶ setsid, stdio, rlimits
+//                                       vfork-style clone ─────────────▶ setsid, stdio, rlimits
 //                                                                        seccomp (listener fd ─▶
 //                                                                          supervisor), execve
 //   error pipe: EOF = started           wait for the command; send its

@@ -43,7 +43,7 @@ struct MountOptions {
   std::optional<std::pair<uid_t, gid_t>> sandbox_ids;
   std::vector<std::string> writable_paths;  // host paths bound read-write at the same path
   std::vector<std::string> readonly_paths;  // re-bound read-only (inside writable ones)
-  std::vector<std::string> hidden_paths;    // covered: dirs by an empty tmpfs, files by /dev/null
+  std::vector<std::string> hidden_paths;    // covered: dirs by an empty dir, files by /dev/null
   // Host files bound read-only over existing files of the view: {host file, path inside}, e.g.
   // the egress resolv.conf over /etc/resolv.conf.
   std::vector<std::pair<std::string, std::string>> file_overlays;
@@ -61,7 +61,7 @@ struct MountStep {
     kSetReadOnly,     // mount_setattr(`target`, `flags` (AT_RECURSIVE or 0), `attrs`)
     kProc,            // mount proc on `target`
     kSysfs,           // mount sysfs on `target` read-only, or attach the detached sysfs `fd`;
-                      // an empty read-only tmpfs if refused
+                      // an empty read-only directory if refused
     kDevpts,          // mount devpts (newinstance) on `target`
     kAttachInRoot,    // move_mount the detached tree `fd` (opened by the parent from host
                       // path `source`) onto `target` resolved inside the new root
