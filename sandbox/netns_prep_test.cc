@@ -39,6 +39,28 @@ ino_t OwnNetnsInode() {
   return ::stat("/proc/thread-self/ns/net", &st) == 0 ? st.st_ino : 0;
 }
 
+// What a thread that enters `netns` sees (setns is per thread): lo's flags, how many interfaces.
+struct Interfaces {
+  short lo_flags = 0;
+  int count = 0;
+};
+Interfaces LookInside(int netns) {
+  Interfaces seen;
+  std::thread inside([&] {
+    if (::setns(netns, CLONE_NEWNET) != 0) return;
+    int sock = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct ifreq ifr = {};
+    std::memcpy(ifr.ifr_name, "lo", 3);
+    if (::ioctl(sock, SIOCGIFFLAGS, &ifr) == 0) seen.lo_flags = ifr.ifr_flags;
+    ::close(sock);
+    struct if_nameindex* names = ::if_nameindex();
+    for (struct if_nameindex* n = names; n != nullptr && n->if_index != 0; ++n) ++seen.count;
+    if (names != nullptr) ::if_freenameindex(names);
+  });
+  inside.join();
+  return seen;
+}
+
 class NetnsPrepTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -54,23 +76,9 @@ TEST_F(NetnsPrepTest, MakesANamespaceWithLoUpAndLeavesTheThreadWhereItWas) {
   ASSERT_TRUE(net->netns.valid());
   EXPECT_NE(NetnsInode(net->netns.get()), before);
 
-  // Look at lo from inside, on a thread of its own (setns is per thread).
-  short flags = 0;
-  int interfaces = 0;
-  std::thread inside([&] {
-    if (::setns(net->netns.get(), CLONE_NEWNET) != 0) return;
-    int sock = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct ifreq ifr = {};
-    std::memcpy(ifr.ifr_name, "lo", 3);
-    if (::ioctl(sock, SIOCGIFFLAGS, &ifr) == 0) flags = ifr.ifr_flags;
-    ::close(sock);
-    struct if_nameindex* names = ::if_nameindex();
-    for (struct if_nameindex* n = names; n != nullptr && n->if_index != 0; ++n) ++interfaces;
-    if (names != nullptr) ::if_freenameindex(names);
-  });
-  inside.join();
-  EXPECT_TRUE(flags & IFF_UP);
-  EXPECT_EQ(interfaces, 1) << "only lo";
+  const Interfaces inside = LookInside(net->netns.get());
+  EXPECT_TRUE(inside.lo_flags & IFF_UP);
+  EXPECT_EQ(inside.count, 1) << "only lo";
 }
 
 TEST_F(NetnsPrepTest, ItsSysfsShowsThatNamespaceReadOnly) {
@@ -231,17 +239,7 @@ TEST_F(NetnsPrepTest, AdoptingANamespaceBringsLoUpAndMountsItsSysfs) {
   ASSERT_TRUE(net.ok()) << net.status();
   EXPECT_EQ(OwnNetnsInode(), before) << "the thread stayed in the adopted namespace";
   EXPECT_EQ(NetnsInode(net->netns.get()), bare_ino);
-  short flags = 0;
-  std::thread inside([&] {
-    if (::setns(net->netns.get(), CLONE_NEWNET) != 0) return;
-    int sock = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct ifreq ifr = {};
-    std::memcpy(ifr.ifr_name, "lo", 3);
-    if (::ioctl(sock, SIOCGIFFLAGS, &ifr) == 0) flags = ifr.ifr_flags;
-    ::close(sock);
-  });
-  inside.join();
-  EXPECT_TRUE(flags & IFF_UP);
+  EXPECT_TRUE(LookInside(net->netns.get()).lo_flags & IFF_UP);
   ASSERT_TRUE(net->sysfs.valid());
   struct stat st;
   EXPECT_EQ(::fstatat(net->sysfs.get(), "class/net/lo", &st, 0), 0) << strerror(errno);
