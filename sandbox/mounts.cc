@@ -13,7 +13,6 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
-#include <tuple>
 #include <utility>
 
 #include "absl/strings/match.h"

@@ -20,10 +20,12 @@
 #include <sys/mount.h>
 #include <sys/types.h>
 
+#include <cstdint>
 #include <deque>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
