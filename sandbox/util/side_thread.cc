@@ -1,16 +1,44 @@
 #include "sandbox/util/side_thread.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
 #include <utility>
 
 namespace moat {
 
-SideThread::SideThread(std::function<void()> body) : body_(std::move(body)) {
+int RunnableTasks(const char* loadavg_path) {
+  const int fd = ::open(loadavg_path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[128];
+  const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
+  ::close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  // "0.52 0.58 0.59 2/1024 12345": the fourth field, before its slash.
+  const char* field = buf;
+  for (int i = 0; i < 3 && field != nullptr; ++i) {
+    field = std::strchr(field, ' ');
+    if (field != nullptr) ++field;
+  }
+  if (field == nullptr || std::strchr(field, '/') == nullptr) return -1;
+  char* end = nullptr;
+  const long runnable = std::strtol(field, &end, 10);
+  return end != field && *end == '/' && runnable >= 0 ? static_cast<int>(runnable) : -1;
+}
+
+SideThread::SideThread(std::function<void()> body, Placement placement) : body_(std::move(body)) {
   pthread_attr_t attr;
   bool have_attr = pthread_attr_init(&attr) == 0;
-  const int here = ::sched_getcpu();
+  const int here = placement == Placement::kAnywhere ? -1 : ::sched_getcpu();
   if (have_attr && here >= 0 && here < CPU_SETSIZE &&
       ::sched_getaffinity(0, sizeof(all_cpus_), &all_cpus_) == 0 && CPU_COUNT(&all_cpus_) > 1 &&
-      CPU_ISSET(here, &all_cpus_)) {
+      CPU_ISSET(here, &all_cpus_) && (placement == Placement::kAwayFromCreator || [&] {
+        const int runnable = RunnableTasks();
+        return runnable >= 0 && runnable < CPU_COUNT(&all_cpus_);
+      }())) {
     cpu_set_t elsewhere = all_cpus_;
     CPU_CLR(here, &elsewhere);
     if (pthread_attr_setaffinity_np(&attr, sizeof(elsewhere), &elsewhere) == 0) {

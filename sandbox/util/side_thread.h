@@ -9,6 +9,13 @@
 // Once running, the thread takes back the process's whole CPU set, so it is never stuck behind
 // a busy CPU while another is free.
 //
+// But a thread pinned away from its creator before it first runs cannot be moved: when the other
+// CPUs are busy (measured with one CPU-bound process beside moat), it waits behind them while its
+// creator's CPU may idle, and a sandbox started 0.3-1.5 ms later than with a plain thread. So by
+// default (Placement::kAuto) it is pinned only when fewer tasks are runnable on the machine than
+// the process has CPUs (/proc/loadavg; the creator is one of them), i.e. when some other CPU is
+// likely idle; otherwise it is a plain thread, which the scheduler places and moves freely.
+//
 // With one usable CPU, or if the affinity cannot be set, the thread is created as usual. If no
 // thread can be created at all (a process or thread limit), `body` does not run: started() says
 // so, and the caller does the work itself or goes without. (Running it inline instead would
@@ -22,9 +29,19 @@
 
 namespace moat {
 
+enum class Placement {
+  kAuto,             // away from the creator's CPU when another CPU looks idle
+  kAwayFromCreator,  // away from the creator's CPU whenever the process has another
+  kAnywhere,         // where the scheduler puts it
+};
+
+// How many tasks are runnable now, from /proc/loadavg's "<runnable>/<total>" field; -1 if it
+// cannot be read.
+int RunnableTasks(const char* loadavg_path = "/proc/loadavg");
+
 class SideThread {
  public:
-  explicit SideThread(std::function<void()> body);
+  explicit SideThread(std::function<void()> body, Placement placement = Placement::kAuto);
   ~SideThread();  // joins
 
   SideThread(const SideThread&) = delete;
