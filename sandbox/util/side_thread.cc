@@ -33,12 +33,16 @@ SideThread::SideThread(std::function<void()> body, Placement placement) : body_(
   pthread_attr_t attr;
   bool have_attr = pthread_attr_init(&attr) == 0;
   const int here = placement == Placement::kAnywhere ? -1 : ::sched_getcpu();
-  if (have_attr && here >= 0 && here < CPU_SETSIZE &&
-      ::sched_getaffinity(0, sizeof(all_cpus_), &all_cpus_) == 0 && CPU_COUNT(&all_cpus_) > 1 &&
-      CPU_ISSET(here, &all_cpus_) && (placement == Placement::kAwayFromCreator || [&] {
-        const int runnable = RunnableTasks();
-        return runnable >= 0 && runnable < CPU_COUNT(&all_cpus_);
-      }())) {
+  const bool can_pin = have_attr && here >= 0 && here < CPU_SETSIZE &&
+                       ::sched_getaffinity(0, sizeof(all_cpus_), &all_cpus_) == 0 &&
+                       CPU_COUNT(&all_cpus_) > 1 && CPU_ISSET(here, &all_cpus_);
+  bool pin = can_pin && placement == Placement::kAwayFromCreator;
+  if (can_pin && placement == Placement::kAuto) {
+    // Another CPU is likely idle if fewer tasks are runnable than we have CPUs (we are one).
+    const int runnable = RunnableTasks();
+    pin = runnable >= 0 && runnable < CPU_COUNT(&all_cpus_);
+  }
+  if (pin) {
     cpu_set_t elsewhere = all_cpus_;
     CPU_CLR(here, &elsewhere);
     if (pthread_attr_setaffinity_np(&attr, sizeof(elsewhere), &elsewhere) == 0) {

@@ -1,4 +1,4 @@
-// A helper thread that starts on another CPU than the thread creating it.
+// A helper thread that starts on another CPU than the thread creating it, when one looks idle.
 //
 // Why: the runtime starts short helper threads (the network namespace, the cgroup v1 warm-up) to
 // overlap slow kernel work with the main thread's own. Measured here (2 vCPUs, Linux 6.18), a
