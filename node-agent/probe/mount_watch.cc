@@ -1,33 +1,10 @@
 #include "node-agent/probe/mount_watch.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "sandbox/util/errno_status.h"
-#include "sandbox/util/unique_fd.h"
+#include "sandbox/cgroup_fs.h"
 
 namespace moat::agent::probe {
-namespace {
-
-absl::StatusOr<std::string> ReadWhole(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return ErrnoStatus(absl::StrCat("open \"", path, "\""), errno);
-  std::string text;
-  char buf[8192];
-  while (true) {
-    const ssize_t n = ::read(fd.get(), buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(absl::StrCat("read \"", path, "\""), errno);
-    if (n == 0) return text;
-    text.append(buf, n);
-  }
-}
-
-}  // namespace
 
 std::string MountChange::Describe() const {
   switch (kind) {
@@ -73,13 +50,13 @@ std::vector<MountChange> DiffMountTables(const MountTable& before, const MountTa
 }
 
 absl::StatusOr<MountWatch> MountWatch::Start(const std::string& mountinfo_path) {
-  absl::StatusOr<std::string> text = ReadWhole(mountinfo_path);
+  absl::StatusOr<std::string> text = sandbox::cgroupfs::ReadFile(mountinfo_path);
   if (!text.ok()) return text.status();
   return MountWatch(mountinfo_path, ParseMountTable(*text));
 }
 
 absl::StatusOr<std::vector<MountChange>> MountWatch::Check() {
-  absl::StatusOr<std::string> text = ReadWhole(path_);
+  absl::StatusOr<std::string> text = sandbox::cgroupfs::ReadFile(path_);
   if (!text.ok()) return text.status();
   MountTable now = ParseMountTable(*text);
   std::vector<MountChange> changes = DiffMountTables(table_, now);
