@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "sandbox/util/status_macros.h"
 
 namespace moat::agent::probe {
 namespace {
@@ -47,21 +48,15 @@ absl::StatusOr<ProbeConfig> ParseProbeFlags(int argc, const char* const* argv) {
     }
     if (eq == arg.npos) return FlagError(name, "given as --name=value");
     if (name == "pidfd-fd") {
-      auto fd = ParseFd(name, value);
-      if (!fd.ok()) return fd.status();
-      config.pidfd_fd = *fd;
+      ASSIGN_OR_RETURN(config.pidfd_fd, ParseFd(name, value));
     } else if (name == "pid") {
       int pid;
       if (!absl::SimpleAtoi(value, &pid) || pid <= 0) return FlagError(name, "a process id");
       config.pid = pid;
     } else if (name == "report-fd") {
-      auto fd = ParseFd(name, value);
-      if (!fd.ok()) return fd.status();
-      config.report_fd = *fd;
+      ASSIGN_OR_RETURN(config.report_fd, ParseFd(name, value));
     } else if (name == "seccomp-fd") {
-      auto fd = ParseFd(name, value);
-      if (!fd.ok()) return fd.status();
-      config.seccomp_fd = *fd;
+      ASSIGN_OR_RETURN(config.seccomp_fd, ParseFd(name, value));
     } else if (name == "arch") {
       if (value == "x86_64") {
         config.arch = sandbox::Arch::kX86_64;
@@ -79,13 +74,9 @@ absl::StatusOr<ProbeConfig> ParseProbeFlags(int argc, const char* const* argv) {
         return FlagError(name, "a duration between 10ms and 1h, e.g. 5s or 100ms");
       }
     } else if (name == "memory-max") {
-      auto n = ParsePositive(name, value);
-      if (!n.ok()) return n.status();
-      config.memory_max = *n;
+      ASSIGN_OR_RETURN(config.memory_max, ParsePositive(name, value));
     } else if (name == "pids-max") {
-      auto n = ParsePositive(name, value);
-      if (!n.ok()) return n.status();
-      config.pids_max = *n;
+      ASSIGN_OR_RETURN(config.pids_max, ParsePositive(name, value));
     } else if (name == "cpu-seconds-max") {
       double s;
       if (!absl::SimpleAtod(value, &s) || !(s > 0) || s > std::numeric_limits<uint32_t>::max()) {

@@ -260,6 +260,18 @@ class ProbeTest : public ::testing::Test {
   Recorder recorder_;
   std::unique_ptr<sandbox::Cgroup> cgroup_;
   std::optional<sandbox::SeccompProgram> filter_;
+  // After the sandbox is gone: the probe reports its exit, exits 0, and called nothing a
+  // compromise.
+  void ExpectProbeExitsCleanly() {
+    ASSERT_TRUE(recorder_.AwaitEvent(ProbeEvent::Type::kExited, "").has_value());
+    int status = 0;
+    ASSERT_EQ(::waitpid(probe_pid_, &status, 0), probe_pid_);
+    probe_pid_ = -1;
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    absl::MutexLock lock(&recorder_.mu_);
+    EXPECT_TRUE(recorder_.compromised_.empty());
+  }
+
   pid_t child_pid_ = -1;
   pid_t probe_pid_ = -1;
   UniqueFd commands_;
@@ -351,12 +363,7 @@ TEST_F(ProbeTest, CpuBudgetExceededKillsTheSandbox) {
   ASSERT_EQ(::waitpid(child_pid_, &status, 0), child_pid_);
   child_pid_ = -1;
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-  ASSERT_TRUE(recorder_.AwaitEvent(ProbeEvent::Type::kExited, "").has_value());
-  ASSERT_EQ(::waitpid(probe_pid_, &status, 0), probe_pid_);
-  probe_pid_ = -1;
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  absl::MutexLock lock(&recorder_.mu_);
-  EXPECT_TRUE(recorder_.compromised_.empty());
+  ExpectProbeExitsCleanly();
 }
 
 TEST_F(ProbeTest, ProbeEndsWhenTheSandboxExits) {
@@ -366,12 +373,7 @@ TEST_F(ProbeTest, ProbeEndsWhenTheSandboxExits) {
   int status = 0;
   ASSERT_EQ(::waitpid(child_pid_, &status, 0), child_pid_);
   child_pid_ = -1;
-  ASSERT_TRUE(recorder_.AwaitEvent(ProbeEvent::Type::kExited, "").has_value());
-  ASSERT_EQ(::waitpid(probe_pid_, &status, 0), probe_pid_);
-  probe_pid_ = -1;
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  absl::MutexLock lock(&recorder_.mu_);
-  EXPECT_TRUE(recorder_.compromised_.empty());
+  ExpectProbeExitsCleanly();
 }
 
 }  // namespace
