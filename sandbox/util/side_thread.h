@@ -11,10 +11,11 @@
 //
 // But a thread pinned away from its creator before it first runs cannot be moved: when the other
 // CPUs are busy (measured with one CPU-bound process beside moat), it waits behind them while its
-// creator's CPU may idle, and a sandbox started 0.3-1.5 ms later than with a plain thread. So by
-// default (Placement::kAuto) it is pinned only when fewer tasks are runnable on the machine than
-// the process has CPUs (/proc/loadavg; the creator is one of them), i.e. when some other CPU is
-// likely idle; otherwise it is a plain thread, which the scheduler places and moves freely.
+// creator's CPU may idle, and a sandbox started 0.5-1.8 ms later (medians) than with a plain
+// thread. So by default (Placement::kAuto) it is pinned only when fewer tasks are runnable on the
+// machine than the process has CPUs (/proc/loadavg; the creator is one of them), i.e. when some
+// other CPU is likely idle; otherwise it is a plain thread, which the scheduler places and moves
+// freely.
 //
 // With one usable CPU, or if the affinity cannot be set, the thread is created as usual. If no
 // thread can be created at all (a process or thread limit), `body` does not run: started() says
