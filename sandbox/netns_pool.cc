@@ -26,22 +26,21 @@
 namespace moat::sandbox {
 namespace {
 
-// The directory's entries, but for "." and "..".
+// The entries of the directory `dir_fd` (freshly opened: read from its start), but for "." and
+// "..". getdents64 on the descriptor itself: no second open, as opendir would need.
 std::vector<std::string> ListEntries(int dir_fd) {
   std::vector<std::string> names;
-  int fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return names;
-  DIR* dir = ::fdopendir(fd);
-  if (dir == nullptr) {
-    ::close(fd);
-    return names;
+  alignas(struct dirent64) char buf[4096];
+  for (;;) {
+    const ssize_t n = ::getdents64(dir_fd, buf, sizeof(buf));
+    if (n <= 0) return names;
+    for (ssize_t at = 0; at < n;) {
+      const auto* e = reinterpret_cast<const struct dirent64*>(buf + at);
+      at += e->d_reclen;
+      const std::string name = e->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
   }
-  while (const struct dirent* e = ::readdir(dir)) {
-    const std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  ::closedir(dir);
-  return names;
 }
 
 // Whether `name` under `dir_fd` ("": dir_fd itself) is the root of a mount.
@@ -90,7 +89,7 @@ absl::StatusOr<UniqueFd> NetnsPool::Take() {
   return absl::NotFoundError(absl::StrCat("no network namespace waits in ", dir_));
 }
 
-absl::Status NetnsPool::Prepare() {
+absl::StatusOr<UniqueFd> NetnsPool::Prepare() {
   const size_t slash = dir_.rfind('/');
   if (slash != std::string::npos && slash > 0) {
     const std::string parent = dir_.substr(0, slash);
@@ -112,25 +111,26 @@ absl::Status NetnsPool::Prepare() {
   // Make it a private mount of itself, once (a lock keeps two first runs from both binding it).
   // Private every time: a process that died between the two steps left it as the parent's.
   if (::flock(dir.get(), LOCK_EX) != 0) return ErrnoStatus("network namespace pool: lock");
+  const bool bind = !IsMountRoot(AT_FDCWD, dir_.c_str());
   absl::Status made = absl::OkStatus();
-  if ((!IsMountRoot(AT_FDCWD, dir_.c_str()) &&
-       ::mount(dir_.c_str(), dir_.c_str(), nullptr, MS_BIND, nullptr) != 0) ||
+  if ((bind && ::mount(dir_.c_str(), dir_.c_str(), nullptr, MS_BIND, nullptr) != 0) ||
       ::mount(nullptr, dir_.c_str(), nullptr, MS_PRIVATE, nullptr) != 0) {
     made = ErrnoStatus(absl::StrCat("network namespace pool: make ", dir_, " a private mount"));
   }
   ::flock(dir.get(), LOCK_UN);
-  return made;
+  RETURN_IF_ERROR(made);
+  if (!bind) return dir;
+  // Just bound: the descriptor still shows the directory under the new mount.
+  UniqueFd through(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+  if (!through) return ErrnoStatus(absl::StrCat("network namespace pool: open ", dir_));
+  return through;
 }
 
 absl::StatusOr<bool> NetnsPool::Add(int netns_fd) {
   if (!IsOurNetworkNamespace(netns_fd)) {
     return absl::InvalidArgumentError("network namespace pool: not a network namespace of ours");
   }
-  RETURN_IF_ERROR(Prepare());
-
-  // Opened again after Prepare: the directory seen through its own mount.
-  UniqueFd dir(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
-  if (!dir) return ErrnoStatus(absl::StrCat("network namespace pool: open ", dir_));
+  ASSIGN_OR_RETURN(UniqueFd dir, Prepare());
   int waiting = 0;
   for (const std::string& name : ListEntries(dir.get())) {
     if (IsMountRoot(dir.get(), name.c_str())) {

@@ -44,8 +44,9 @@ class NetnsPool {
 
  private:
   // Creates the directory as a private mount of itself if it is not one yet; checks its owner
-  // and mode, and that it is private, every time.
-  absl::Status Prepare();
+  // and mode, and that it is private, every time. Returns the directory, opened through its
+  // mount.
+  absl::StatusOr<UniqueFd> Prepare();
 
   std::string dir_;
   int capacity_;
