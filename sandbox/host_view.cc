@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "sandbox/protected_paths.h"
 #include "sandbox/util/errno_status.h"
 
 namespace moat::sandbox {
@@ -91,7 +92,7 @@ absl::StatusOr<MountOptions> MountOptionsFor(const Policy& policy, const HostCon
   options.readonly_paths = policy.deny_write;
   if (workspace_dir) {
     // The workspace is a writable host directory too: the same files stay read-only there.
-    for (absl::string_view name : ProtectedUnderWritableRoots()) {
+    for (absl::string_view name : ProtectedUnderEachRoot()) {
       options.readonly_paths.push_back(absl::StrCat("/workspace/", name));
     }
   }

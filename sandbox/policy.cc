@@ -14,6 +14,7 @@
 #include "sandbox/domain_pattern.h"
 #include "sandbox/egress/ip_address.h"
 #include "sandbox/egress/resolver.h"
+#include "sandbox/protected_paths.h"
 #include "sandbox/units.h"
 #include "sandbox/util/status_macros.h"
 
@@ -27,21 +28,6 @@ constexpr size_t kMaxPathLength = 4095;  // PATH_MAX minus the terminating NUL
 constexpr absl::string_view kDefaultDenyReadUnderHome[] = {
     ".ssh",   ".gnupg",           ".aws",   ".azure",  ".config/gcloud", ".kube", ".docker",
     ".netrc", ".git-credentials", ".npmrc", ".pypirc", ".config/gh",
-};
-
-// Under every writable root: files that make tools outside the sandbox run code later. Git runs
-// hooks and honours core.fsmonitor/core.sshCommand from .git/config; editors run tasks from
-// .vscode/.idea when the folder is opened.
-constexpr absl::string_view kProtectedUnderEachRoot[] = {".git/hooks", ".git/config", ".vscode",
-                                                         ".idea"};
-
-// Under the home, when the home is inside a writable root: shell start-up files, git and ssh
-// configuration (ProxyCommand, authorized_keys), session autostart, and moat's own user policy,
-// which would otherwise let one run widen the next.
-constexpr absl::string_view kProtectedUnderHome[] = {
-    ".bashrc",      ".bash_profile",     ".bash_login",     ".bash_logout", ".profile",    ".zshrc",
-    ".zshenv",      ".zprofile",         ".zlogin",         ".gitconfig",   ".config/git", ".ssh",
-    ".config/moat", ".config/autostart", ".config/systemd", ".pi",
 };
 
 absl::Status KeyError(const PolicyLayer& layer, absl::string_view key, absl::string_view message,
@@ -565,18 +551,24 @@ std::vector<std::string> ProjectPolicyPaths(const PathContext& paths) {
 }
 
 std::vector<std::string> MandatoryDenyWrite(const Policy& policy, const PathContext& paths) {
+  auto writable = [&](const std::string& path) {
+    return std::any_of(policy.allow_write.begin(), policy.allow_write.end(),
+                       [&](const std::string& root) { return IsPathUnder(path, root); });
+  };
+  // The project directory is a root of its own when it is writable: its agent configuration
+  // (.pi, .moat, ...) is what the next run on the host reads.
+  std::vector<std::string> roots = policy.allow_write;
+  if (absl::StartsWith(paths.cwd, "/") && writable(paths.cwd)) AppendUnique(&roots, paths.cwd);
   std::vector<std::string> candidates;
-  for (const std::string& root : policy.allow_write) {
-    for (absl::string_view name : kProtectedUnderEachRoot) {
+  for (const std::string& root : roots) {
+    for (absl::string_view name : ProtectedUnderEachRoot()) {
       candidates.push_back(JoinPath(root, name));
     }
   }
   if (absl::StartsWith(paths.home, "/")) {
-    for (absl::string_view name : kProtectedUnderHome) {
+    for (absl::string_view name : ProtectedUnderHome()) {
       std::string path = JoinPath(paths.home, name);
-      bool writable = std::any_of(policy.allow_write.begin(), policy.allow_write.end(),
-                                  [&](const std::string& root) { return IsPathUnder(path, root); });
-      if (writable) candidates.push_back(std::move(path));
+      if (writable(path)) candidates.push_back(std::move(path));
     }
   }
   std::vector<std::string> out;
@@ -586,10 +578,6 @@ std::vector<std::string> MandatoryDenyWrite(const Policy& policy, const PathCont
     if (!denied) AppendUnique(&out, std::move(path));
   }
   return out;
-}
-
-absl::Span<const absl::string_view> ProtectedUnderWritableRoots() {
-  return kProtectedUnderEachRoot;
 }
 
 absl::StatusOr<Policy> ResolvePolicy(const PolicySources& sources) {

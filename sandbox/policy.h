@@ -125,10 +125,6 @@ std::vector<std::string> ProjectPolicyPaths(const PathContext& paths);
 // moat binds exact paths and a pattern would silently protect nothing.
 absl::StatusOr<std::string> ResolvePolicyPath(absl::string_view raw, const PathContext& paths);
 
-// Names kept read-only under every writable root (and the workspace): files that tools on the
-// host would later run (.git/hooks, .git/config, .vscode, .idea).
-absl::Span<const absl::string_view> ProtectedUnderWritableRoots();
-
 // Lexical normalisation of an absolute path; no filesystem access.
 std::string NormalizeAbsolutePath(absl::string_view path);
 
@@ -137,9 +133,10 @@ std::string NormalizeAbsolutePath(absl::string_view path);
 bool IsPathUnder(absl::string_view path, absl::string_view root);
 
 // Paths that stay read-only under any allowed write root because writing them lets sandboxed code
-// run outside the sandbox later (git hooks and config, shell start-up files, editor task files)
-// or widen the next run (moat's own user policy). Relative names are taken under each allow_write
-// root; home-relative ones apply when the home is inside a root. Returns those not already denied.
+// run outside the sandbox later or widen the next run (the list: protected_paths.h). Relative
+// names are taken under each allow_write root and under the project directory (paths.cwd) when
+// it is writable; home-relative ones apply when the home is inside a root. Returns those not
+// already denied.
 std::vector<std::string> MandatoryDenyWrite(const Policy& policy, const PathContext& paths);
 
 // `policy file "<source>"` for file layers, the source as is otherwise ("command line").

@@ -1,7 +1,6 @@
 #include "sandbox/runner.h"
 
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -18,54 +17,39 @@
 #include "absl/strings/str_split.h"
 #include "sandbox/caps.h"
 #include "sandbox/contain.h"
+#include "sandbox/creation_guard.h"
+#include "sandbox/protected_paths.h"
 #include "sandbox/rlimits.h"
 #include "sandbox/spawn.h"
 #include "sandbox/supervisor.h"
 #include "sandbox/util/errno_status.h"
-#include "sandbox/util/remove_tree.h"
 #include "sandbox/util/status_macros.h"
 
 namespace moat::sandbox {
 namespace {
 
-// After a run: if something now exists at the protected `path`, remove it and say what happened.
-// The path is resolved without following symlinks: the sandbox could have replaced a parent
-// directory with a link to anywhere on the host, and moat runs as root.
-std::optional<Violation> RemoveCreatedProtectedPath(const std::string& path) {
-  size_t slash = path.rfind('/');
-  std::string parent = slash == 0 ? "/" : path.substr(0, slash);
-  std::string name = path.substr(slash + 1);
-  struct open_how how = {};
-  how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
-  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  int dirfd = static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, parent.c_str(), &how, sizeof(how)));
-  if (dirfd < 0) {
-    if (errno == ELOOP) {
-      return Violation{"filesystem", absl::StrCat("replaced a directory above read-only path \"",
-                                                  path, "\" with a symlink")};
-    }
-    return std::nullopt;  // the parent is gone: nothing was created there
-  }
-  std::optional<Violation> found;
-  struct stat st;
-  if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
-    // O_PATH descriptors cannot be used for unlinkat; reopen the directory for real.
-    int real = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (real >= 0) {
-      RemoveTreeAt(real, name.c_str()).IgnoreError();  // the violation is reported either way
-      ::close(real);
-    }
-    found =
-        Violation{"filesystem", absl::StrCat("created read-only path \"", path, "\"; removed it")};
-  }
-  ::close(dirfd);
-  return found;
-}
-
 // Runs that died without cleaning up left cgroups behind (their names start with a pid that no
 // longer exists); this removes them.
 std::function<void()> CleanupAfter(CgroupLayout layout) {
   return [layout = std::move(layout)] { CleanupStaleCgroups(layout).IgnoreError(); };
+}
+
+// The (directory, name) pairs the creation guard refuses: each read-only path under a writable
+// host directory, as the host names it (a --workspace directory's paths are named under
+// /workspace inside).
+std::vector<ProtectedEntry> ProtectedEntriesFor(const MountOptions& mounts) {
+  std::vector<std::string> roots = mounts.writable_paths;
+  if (mounts.workspace_dir) roots.push_back(*mounts.workspace_dir);
+  if (roots.empty()) return {};
+  std::vector<std::string> readonly;
+  for (const std::string& path : mounts.readonly_paths) {
+    if (mounts.workspace_dir && absl::StartsWith(path, "/workspace/")) {
+      readonly.push_back(absl::StrCat(*mounts.workspace_dir, path.substr(strlen("/workspace"))));
+    } else {
+      readonly.push_back(path);
+    }
+  }
+  return IdentifyProtected(CreationProtection(readonly, roots));
 }
 
 constexpr char kSandboxPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -97,15 +81,17 @@ absl::StatusOr<std::unique_ptr<Runner>> Runner::Create(const RunnerOptions& opti
       new Runner(std::move(layout), ids, LastCapability(), std::move(pool), std::move(network)));
 }
 
-absl::StatusOr<const SeccompProgram*> Runner::Seccomp() {
-  if (!seccomp_) {
+absl::StatusOr<const SeccompProgram*> Runner::Seccomp(bool guard_creation) {
+  std::optional<SeccompProgram>& cached = seccomp_[guard_creation ? 1 : 0];
+  if (!cached) {
     SeccompOptions options;
     options.notify_violations = true;
+    options.guard_creation = guard_creation;
     absl::StatusOr<SeccompProgram> program = SeccompProgram::Precompiled(options);
     if (!program.ok()) program = SeccompProgram::Build(options);
-    ASSIGN_OR_RETURN(seccomp_, std::move(program));
+    ASSIGN_OR_RETURN(cached, std::move(program));
   }
-  return &*seccomp_;
+  return &*cached;
 }
 
 absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
@@ -143,7 +129,10 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
     });
   }
   const absl::Time cgroup_ready = absl::Now();
-  ASSIGN_OR_RETURN(const SeccompProgram* seccomp, Seccomp());
+  // Read-only paths that do not exist yet have nothing to bind over: the creation guard keeps
+  // the sandbox from making them (creation_guard.h), under any writable host directory.
+  std::vector<ProtectedEntry> protected_entries = ProtectedEntriesFor(request.mounts);
+  ASSIGN_OR_RETURN(const SeccompProgram* seccomp, Seccomp(!protected_entries.empty()));
   const absl::Time seccomp_ready = absl::Now();
   MountOptions mount_options = request.mounts;
   mount_options.sandbox_ids = std::make_pair(ids_.host_uid, ids_.host_gid);
@@ -158,22 +147,6 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
     mount_options.file_overlays.emplace_back(resolv_conf, "/etc/resolv.conf");
   }
   ASSIGN_OR_RETURN(MountPlan mounts, MountPlan::Build(mount_options));
-  // A read-only path that does not exist yet cannot be covered by a mount, and under a writable
-  // path the sandbox could create it (say .vscode/tasks.json, which an editor would later run on
-  // the host). Note such paths now; whatever appears there is removed when the run ends.
-  std::vector<std::string> absent_protected;
-  for (const std::string& path : mount_options.readonly_paths) {
-    // Read-only paths are named as the sandbox sees them; under /workspace that is the
-    // --workspace directory on the host.
-    std::string host_path = path;
-    if (mount_options.workspace_dir && absl::StartsWith(path, "/workspace/")) {
-      host_path = absl::StrCat(*mount_options.workspace_dir, path.substr(strlen("/workspace")));
-    }
-    struct stat st;
-    if (::lstat(host_path.c_str(), &st) != 0 && errno == ENOENT) {
-      absent_protected.push_back(host_path);
-    }
-  }
   const absl::Time planned = absl::Now();
 
   ContainPlan plan;
@@ -236,6 +209,27 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   if (prepared_net) spawn.netns_fd = net->netns.get();
   ASSIGN_OR_RETURN(SandboxProcess proc, SpawnSandbox(plan, spawn));
   if (net.ok()) *net = PreparedNetwork{};  // the child has them now
+  // The command waits, in its first creating call, for the guard: nothing is made meanwhile.
+  std::unique_ptr<CreationGuard> guard;
+  if (seccomp->guards_creation()) {
+    CreationGuard::Options guard_options;
+    // Its own descriptor: the supervisor closes the listener when the sandbox stops using it.
+    guard_options.listener.reset(::fcntl(proc.seccomp_listener.get(), F_DUPFD_CLOEXEC, 0));
+    if (!guard_options.listener) {
+      KillSandbox(proc);
+      return ErrnoStatus("creation guard: duplicate the seccomp listener");
+    }
+    guard_options.sandbox_pid = proc.pid;
+    guard_options.protected_entries = std::move(protected_entries);
+    guard_options.arch = seccomp->arch();
+    absl::StatusOr<std::unique_ptr<CreationGuard>> started =
+        CreationGuard::Start(std::move(guard_options));
+    if (!started.ok()) {
+      KillSandbox(proc);
+      return started.status();
+    }
+    guard = *std::move(started);
+  }
 
   SuperviseOptions watch;
   watch.wall_timeout = request.limits.wall_timeout;
@@ -248,6 +242,7 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   watch.stdin_source_fd = request.stdin_fd;
   watch.cancel_fd = request.cancel_fd;
   watch.arch = seccomp->arch();
+  watch.creation_guard = guard.get();
   absl::StatusOr<RunResult> result = Supervise(proc, *cgroup, watch);
   if (egress) {
     std::vector<Violation> denials = egress->Finish();
@@ -255,9 +250,11 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
       result->violations.insert(result->violations.end(), denials.begin(), denials.end());
     }
   }
-  for (const std::string& path : absent_protected) {
-    std::optional<Violation> v = RemoveCreatedProtectedPath(path);
-    if (v && result.ok()) result->violations.push_back(*std::move(v));
+  if (guard) {
+    std::vector<Violation> refused = guard->Stop();
+    if (result.ok()) {
+      result->violations.insert(result->violations.end(), refused.begin(), refused.end());
+    }
   }
   if (request.trace) {
     std::vector<std::pair<const char*, absl::Time>> timeline = {

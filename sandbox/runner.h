@@ -71,10 +71,10 @@ class Runner {
         network_(std::move(network)) {}
 
   // Built on first use, in the shadow of the cgroup warm-up (see Run).
-  absl::StatusOr<const SeccompProgram*> Seccomp();
+  absl::StatusOr<const SeccompProgram*> Seccomp(bool guard_creation);
 
   CgroupLayout layout_;
-  std::optional<SeccompProgram> seccomp_;
+  std::optional<SeccompProgram> seccomp_[2];  // without, with the creation guard's calls
   IdMapping ids_;
   int last_cap_;
   uint64_t runs_ = 0;

@@ -39,6 +39,8 @@ uint32_t ActionFor(const SyscallRule& rule, bool notify_violations) {
       return notify_violations ? SCMP_ACT_NOTIFY : SCMP_ACT_ERRNO(rule.errno_value);
     case SyscallVerdict::kErrno:
       return SCMP_ACT_ERRNO(rule.errno_value);
+    case SyscallVerdict::kSupervised:
+      return SCMP_ACT_NOTIFY;
   }
   return SCMP_ACT_ERRNO(EPERM);
 }
@@ -58,15 +60,13 @@ absl::Status AddRule(scmp_filter_ctx ctx, const SyscallRule& rule, bool notify_v
   // libseccomp refuses (EACCES) a rule whose action is the filter's default; such a rule
   // changes nothing, since calls it would match get the default anyway.
   if (action == kDefaultAction) return absl::OkStatus();
-  int rc;
-  if (rule.match.has_value()) {
-    // For SCMP_CMP_MASKED_EQ, datum_a is the mask and datum_b the value.
-    const struct scmp_arg_cmp cmp = {rule.match->index, SCMP_CMP_MASKED_EQ, rule.match->mask,
-                                     rule.match->value};
-    rc = seccomp_rule_add_array(ctx, action, nr, 1, &cmp);
-  } else {
-    rc = seccomp_rule_add_array(ctx, action, nr, 0, nullptr);
+  // For SCMP_CMP_MASKED_EQ, datum_a is the mask and datum_b the value.
+  struct scmp_arg_cmp cmps[2];
+  unsigned n = 0;
+  for (const std::optional<ArgMatch>& m : {rule.match, rule.match2}) {
+    if (m.has_value()) cmps[n++] = {m->index, SCMP_CMP_MASKED_EQ, m->mask, m->value};
   }
+  int rc = seccomp_rule_add_array(ctx, action, nr, n, n > 0 ? cmps : nullptr);
   if (rc < 0) return SeccompStatus(absl::StrCat("add rule for \"", name, "\""), rc);
   return absl::OkStatus();
 }
@@ -153,6 +153,10 @@ std::string SyscallName(Arch arch, int nr) {
 }
 
 absl::StatusOr<SeccompProgram> SeccompProgram::Build(const SeccompOptions& options) {
+  if (options.guard_creation && !options.notify_violations) {
+    return absl::InvalidArgumentError(
+        "a seccomp program that guards creation must notify (SeccompOptions::notify_violations)");
+  }
   FilterCtx ctx(seccomp_init(kDefaultAction), &seccomp_release);
   if (ctx == nullptr) return absl::ResourceExhaustedError("libseccomp: seccomp_init failed");
   int rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_API_SYSRAWRC, 1);
@@ -174,23 +178,30 @@ absl::StatusOr<SeccompProgram> SeccompProgram::Build(const SeccompOptions& optio
   rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_OPTIMIZE, 2);
   if (rc < 0) return SeccompStatus("select binary-tree optimization", rc);
 
-  for (const SyscallRule& rule : SandboxSyscallRules()) {
+  for (const SyscallRule& rule : SandboxSyscallRules(options.guard_creation)) {
     absl::Status added = AddRule(ctx.get(), rule, options.notify_violations);
     if (!added.ok()) return added;
   }
   absl::StatusOr<std::vector<struct sock_filter>> instructions = ExportBpf(ctx.get());
   if (!instructions.ok()) return instructions.status();
-  return SeccompProgram(*std::move(instructions), options.arch, options.notify_violations);
+  return SeccompProgram(*std::move(instructions), options.arch, options.notify_violations,
+                        options.guard_creation);
 }
 
 SeccompProgram::SeccompProgram(std::vector<struct sock_filter> instructions, Arch arch,
-                               bool notifies)
-    : instructions_(std::move(instructions)), arch_(arch), notifies_(notifies) {
+                               bool notifies, bool guards_creation)
+    : instructions_(std::move(instructions)),
+      arch_(arch),
+      notifies_(notifies),
+      guards_creation_(guards_creation) {
   PointFprogAtInstructions();
 }
 
 SeccompProgram::SeccompProgram(const SeccompProgram& other)
-    : instructions_(other.instructions_), arch_(other.arch_), notifies_(other.notifies_) {
+    : instructions_(other.instructions_),
+      arch_(other.arch_),
+      notifies_(other.notifies_),
+      guards_creation_(other.guards_creation_) {
   PointFprogAtInstructions();
 }
 
@@ -199,6 +210,7 @@ SeccompProgram& SeccompProgram::operator=(const SeccompProgram& other) {
     instructions_ = other.instructions_;
     arch_ = other.arch_;
     notifies_ = other.notifies_;
+    guards_creation_ = other.guards_creation_;
     PointFprogAtInstructions();
   }
   return *this;
@@ -207,7 +219,8 @@ SeccompProgram& SeccompProgram::operator=(const SeccompProgram& other) {
 SeccompProgram::SeccompProgram(SeccompProgram&& other) noexcept
     : instructions_(std::move(other.instructions_)),
       arch_(other.arch_),
-      notifies_(other.notifies_) {
+      notifies_(other.notifies_),
+      guards_creation_(other.guards_creation_) {
   PointFprogAtInstructions();
   other.PointFprogAtInstructions();
 }
@@ -217,6 +230,7 @@ SeccompProgram& SeccompProgram::operator=(SeccompProgram&& other) noexcept {
     instructions_ = std::move(other.instructions_);
     arch_ = other.arch_;
     notifies_ = other.notifies_;
+    guards_creation_ = other.guards_creation_;
     PointFprogAtInstructions();
     other.PointFprogAtInstructions();
   }

@@ -50,6 +50,9 @@ struct SeccompOptions {
   // Violations become SCMP_ACT_NOTIFY for a supervisor holding the listener; without it they
   // are ERRNO with the same errno the supervisor would answer.
   bool notify_violations = true;
+  // The calls that add a name to a directory (CreationCalls()) notify too, for the creation
+  // guard (creation_guard.h) to make them; needs notify_violations.
+  bool guard_creation = false;
 };
 
 // A finished BPF program. Copyable and movable; fprog() always points into this object.
@@ -72,15 +75,19 @@ class SeccompProgram {
   // True if violations notify: install it with a listener (want_listener = true), or they fail
   // with ENOSYS instead of EPERM because nobody is listening.
   bool notifies() const { return notifies_; }
+  // True if creating calls notify for the creation guard (SeccompOptions::guard_creation).
+  bool guards_creation() const { return guards_creation_; }
 
  private:
-  SeccompProgram(std::vector<struct sock_filter> instructions, Arch arch, bool notifies);
+  SeccompProgram(std::vector<struct sock_filter> instructions, Arch arch, bool notifies,
+                 bool guards_creation);
   void PointFprogAtInstructions();
 
   std::vector<struct sock_filter> instructions_;
   struct sock_fprog fprog_ = {};
   Arch arch_;
   bool notifies_;
+  bool guards_creation_;
 };
 
 // Async-signal-safe: no allocation, no locks, only prctl(2) and seccomp(2) on ready data, so it

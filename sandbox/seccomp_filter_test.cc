@@ -209,6 +209,63 @@ INSTANTIATE_TEST_SUITE_P(ArchAndMode, SeccompProgramTest,
                                   (std::get<1>(info.param) ? "_notify" : "_errno");
                          });
 
+// The program that hands creating calls to the creation guard (creation_guard.h): those notify,
+// everything else is as in the plain notifying program.
+class GuardedProgramTest : public ::testing::TestWithParam<Arch> {
+ protected:
+  std::string Verdict(bool guard, absl::string_view name, std::initializer_list<uint64_t> args) {
+    absl::StatusOr<SeccompProgram> program = SeccompProgram::Build(
+        {.arch = GetParam(), .notify_violations = true, .guard_creation = guard});
+    if (!program.ok()) return std::string(program.status().message());
+    absl::StatusOr<int> nr = SyscallNumber(GetParam(), name);
+    if (!nr.ok()) return std::string(nr.status().message());
+    absl::StatusOr<uint32_t> verdict =
+        RunSeccompBpf(program->instructions(), MakeSeccompData(AuditArch(GetParam()), *nr, args));
+    if (!verdict.ok()) return std::string(verdict.status().message());
+    return SeccompActionName(*verdict);
+  }
+};
+
+TEST_P(GuardedProgramTest, CreatingCallsNotifyOnlyWhenGuarded) {
+  const uint64_t cwd = static_cast<uint64_t>(AT_FDCWD);
+  struct Case {
+    const char* name;
+    std::initializer_list<uint64_t> args;
+  };
+  for (const Case& c : std::initializer_list<Case>{
+           {"openat", {cwd, 0, O_CREAT | O_WRONLY, 0644}},
+           {"mkdirat", {cwd, 0, 0755}},
+           {"mknodat", {cwd, 0, S_IFIFO | 0644, 0}},
+           {"symlinkat", {0, cwd, 0}},
+           {"linkat", {cwd, 0, cwd, 0, 0}},
+           {"renameat2", {cwd, 0, cwd, 0, 0}},
+       }) {
+    EXPECT_EQ(Verdict(true, c.name, c.args), "USER_NOTIF") << c.name;
+    EXPECT_EQ(Verdict(false, c.name, c.args), "ALLOW") << c.name;
+  }
+  // Opening without O_CREAT, and calls that remove or read, stay the kernel's.
+  for (bool guard : {true, false}) {
+    EXPECT_EQ(Verdict(guard, "openat", {cwd, 0, O_RDONLY, 0}), "ALLOW");
+    EXPECT_EQ(Verdict(guard, "openat", {cwd, 0, O_WRONLY | O_TRUNC, 0}), "ALLOW");
+    EXPECT_EQ(Verdict(guard, "unlinkat", {cwd, 0, 0}), "ALLOW");
+    EXPECT_EQ(Verdict(guard, "read", {0, 0, 0}), "ALLOW");
+    // Violations are unchanged (the guard hands them back: CreationGuard::Takes).
+    EXPECT_EQ(Verdict(guard, "mkdirat", {cwd, 0, 04755}), "USER_NOTIF");
+    EXPECT_EQ(Verdict(guard, "mount", {0, 0, 0}), "USER_NOTIF");
+    EXPECT_EQ(Verdict(guard, "openat2", {cwd, 0, 0, 0}), "ERRNO(38)");
+  }
+}
+
+TEST(GuardedProgramOptionsTest, GuardingNeedsNotifications) {
+  absl::StatusOr<SeccompProgram> program =
+      SeccompProgram::Build({.notify_violations = false, .guard_creation = true});
+  EXPECT_EQ(program.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Arches, GuardedProgramTest,
+                         ::testing::Values(Arch::kX86_64, Arch::kAarch64),
+                         [](const auto& info) { return std::string(ArchName(info.param)); });
+
 TEST(SeccompProgramCopyTest, CopiesAndMovesKeepFprogPointingAtTheirOwnInstructions) {
   absl::StatusOr<SeccompProgram> built = SeccompProgram::Build({});
   ASSERT_TRUE(built.ok()) << built.status();

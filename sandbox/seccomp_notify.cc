@@ -1,5 +1,6 @@
 #include "sandbox/seccomp_notify.h"
 
+#include <fcntl.h>
 #include <linux/seccomp.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
@@ -41,6 +42,16 @@ int IoctlRetryingEintr(int fd, unsigned long request, void* arg) {
   return rc;
 }
 
+// The kernel's sizes of the notification structs, asked once; zeros if it would not say.
+struct seccomp_notif_sizes Sizes() {
+  static const struct seccomp_notif_sizes sizes = [] {
+    struct seccomp_notif_sizes s = {};
+    if (syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &s) != 0) s = {};
+    return s;
+  }();
+  return sizes;
+}
+
 std::string Describe(const struct seccomp_data& data, Arch arch, std::string& name_out) {
   if (data.arch != AuditArch(arch)) {
     // The filter kills foreign arches before they can notify; say so plainly if it ever happens.
@@ -55,12 +66,11 @@ std::string Describe(const struct seccomp_data& data, Arch arch, std::string& na
 
 }  // namespace
 
-absl::StatusOr<SeccompViolation> HandleSeccompNotification(int listener_fd, Arch arch) {
-  struct seccomp_notif_sizes sizes = {};
-  if (syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &sizes) != 0) {
-    return ErrnoStatus("ask the kernel for seccomp notification sizes");
+absl::StatusOr<SeccompRequest> ReceiveSeccompRequest(int listener_fd) {
+  struct seccomp_notif_sizes sizes = Sizes();
+  if (sizes.seccomp_notif == 0) {
+    return absl::InternalError("the kernel would not say the size of seccomp notifications");
   }
-
   KernelStruct<struct seccomp_notif> request(sizes.seccomp_notif);
   if (IoctlRetryingEintr(listener_fd, SECCOMP_IOCTL_NOTIF_RECV, request.get()) != 0) {
     if (errno == ENOENT) {
@@ -71,27 +81,75 @@ absl::StatusOr<SeccompViolation> HandleSeccompNotification(int listener_fd, Arch
     return ErrnoStatus(
         absl::StrCat("receive a seccomp notification from listener fd ", listener_fd));
   }
+  return SeccompRequest{request->id, static_cast<pid_t>(request->pid), request->data};
+}
 
-  std::string name;
-  SeccompViolation violation;
-  violation.syscall = Describe(request->data, arch, name);
-  violation.pid = static_cast<pid_t>(request->pid);
-
+absl::Status AnswerSeccompRequest(int listener_fd, uint64_t id, int error, int64_t value) {
+  struct seccomp_notif_sizes sizes = Sizes();
+  if (sizes.seccomp_notif_resp == 0) {
+    return absl::InternalError("the kernel would not say the size of seccomp notifications");
+  }
   KernelStruct<struct seccomp_notif_resp> response(sizes.seccomp_notif_resp);
-  response->id = request->id;
-  response->val = 0;
-  response->error = -ViolationErrno(name);
-  response->flags = 0;  // never SECCOMP_USER_NOTIF_FLAG_CONTINUE: a violation is always denied
+  response->id = id;
+  response->val = error == 0 ? value : 0;
+  response->error = -error;
+  response->flags = 0;  // never SECCOMP_USER_NOTIF_FLAG_CONTINUE: nothing is let through unseen
   if (IoctlRetryingEintr(listener_fd, SECCOMP_IOCTL_NOTIF_SEND, response.get()) != 0) {
     if (errno == ENOENT) {
       return absl::NotFoundError(
-          absl::StrCat("the thread that called ", violation.syscall, " (pid ", violation.pid,
-                       ") died or was interrupted by a signal before we answered"));
+          "the notifying thread died or was interrupted by a signal before it was answered");
     }
-    return ErrnoStatus(absl::StrCat("answer the seccomp notification for ", violation.syscall,
-                                    " on listener fd ", listener_fd));
+    return ErrnoStatus(absl::StrCat("answer a seccomp notification on listener fd ", listener_fd));
+  }
+  return absl::OkStatus();
+}
+
+bool SeccompRequestIsValid(int listener_fd, uint64_t id) {
+  return IoctlRetryingEintr(listener_fd, SECCOMP_IOCTL_NOTIF_ID_VALID, &id) == 0;
+}
+
+absl::Status AnswerSeccompRequestWithFd(int listener_fd, uint64_t id, int fd, bool cloexec) {
+  struct seccomp_notif_addfd addfd = {};
+  addfd.id = id;
+  addfd.flags = SECCOMP_ADDFD_FLAG_SEND;
+  addfd.srcfd = static_cast<uint32_t>(fd);
+  addfd.newfd_flags = cloexec ? O_CLOEXEC : 0;
+  if (IoctlRetryingEintr(listener_fd, SECCOMP_IOCTL_NOTIF_ADDFD, &addfd) < 0) {
+    if (errno == ENOENT) {
+      return absl::NotFoundError(
+          "the notifying thread died or was interrupted by a signal before it was answered");
+    }
+    return ErrnoStatus(
+        "hand a descriptor to a sandboxed process (SECCOMP_IOCTL_NOTIF_ADDFD, "
+        "Linux 5.14 or later)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SeccompViolation> AnswerAsViolation(int listener_fd, const SeccompRequest& request,
+                                                   Arch arch) {
+  std::string name;
+  SeccompViolation violation;
+  violation.syscall = Describe(request.data, arch, name);
+  violation.pid = request.pid;
+  absl::Status answered = AnswerSeccompRequest(listener_fd, request.id, ViolationErrno(name));
+  if (absl::IsNotFound(answered)) {
+    return absl::NotFoundError(absl::StrCat("the thread that called ", violation.syscall, " (pid ",
+                                            violation.pid,
+                                            ") died or was interrupted by a signal before we "
+                                            "answered"));
+  }
+  if (!answered.ok()) {
+    return absl::Status(answered.code(),
+                        absl::StrCat(answered.message(), " (for ", violation.syscall, ")"));
   }
   return violation;
+}
+
+absl::StatusOr<SeccompViolation> HandleSeccompNotification(int listener_fd, Arch arch) {
+  absl::StatusOr<SeccompRequest> request = ReceiveSeccompRequest(listener_fd);
+  if (!request.ok()) return request.status();
+  return AnswerAsViolation(listener_fd, *request, arch);
 }
 
 }  // namespace moat::sandbox

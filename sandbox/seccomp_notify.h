@@ -14,6 +14,7 @@
 // box stays shut when the supervisor dies.
 #pragma once
 
+#include <linux/seccomp.h>
 #include <sys/types.h>
 
 #include <string>
@@ -28,6 +29,35 @@ struct SeccompViolation {
       syscall;    // e.g. "mount", "clone(CLONE_NEWUSER)", "socket(AF_VSOCK)", "ioctl(TIOCSTI)"
   pid_t pid = 0;  // as seen from the supervisor; 0 if outside its pid namespace
 };
+
+// One notification as the kernel delivered it.
+struct SeccompRequest {
+  uint64_t id = 0;
+  pid_t pid = 0;  // the calling thread, in the receiver's pid namespace; 0 if outside it
+  struct seccomp_data data = {};
+};
+
+// Receives one notification (blocking until one is pending: call it when poll() reports POLLIN).
+// NotFound if the notifying thread died or was interrupted before it was received.
+absl::StatusOr<SeccompRequest> ReceiveSeccompRequest(int listener_fd);
+
+// Answers `id`: the call returns -1 with `error` (> 0), or `value` when `error` is 0. NotFound if
+// the thread died or was interrupted by a signal meanwhile (nothing to answer any more).
+absl::Status AnswerSeccompRequest(int listener_fd, uint64_t id, int error, int64_t value = 0);
+
+// Whether `id` still waits for an answer: after reading anything of the caller's (its memory,
+// its /proc entries), this says that the caller was not replaced by another task meanwhile.
+bool SeccompRequestIsValid(int listener_fd, uint64_t id);
+
+// Installs `fd` in the calling process and answers `id` with its number, in one step
+// (SECCOMP_ADDFD_FLAG_SEND, Linux 5.14). `cloexec` sets FD_CLOEXEC on the new descriptor.
+// NotFound as above.
+absl::Status AnswerSeccompRequestWithFd(int listener_fd, uint64_t id, int fd, bool cloexec);
+
+// Answers `request` as the violation the filter means (ViolationErrno) and describes it.
+// NotFound if the caller died or was interrupted before the answer.
+absl::StatusOr<SeccompViolation> AnswerAsViolation(int listener_fd, const SeccompRequest& request,
+                                                   Arch arch);
 
 // Receives one notification from `listener_fd` (blocking until one is pending: call it when
 // poll() reports POLLIN), answers it with the errno the filter means (EAFNOSUPPORT for socket,

@@ -1,5 +1,6 @@
 #include "sandbox/seccomp_policy.h"
 
+#include <fcntl.h>
 #include <linux/personality.h>
 #include <sched.h>
 #include <sys/ioctl.h>
@@ -188,13 +189,26 @@ constexpr ModeArg kModeSettingCalls[] = {
 };
 
 SyscallRule Rule(absl::string_view syscall, SyscallVerdict verdict, int errno_value = 0,
-                 std::optional<ArgMatch> match = std::nullopt) {
-  return SyscallRule{syscall, verdict, errno_value, match};
+                 std::optional<ArgMatch> match = std::nullopt,
+                 std::optional<ArgMatch> match2 = std::nullopt) {
+  return SyscallRule{syscall, verdict, errno_value, match, match2};
 }
 
-std::vector<SyscallRule> BuildRules() {
+const CreationCall* FindCreationCall(absl::string_view syscall) {
+  for (const CreationCall& call : CreationCalls()) {
+    if (call.syscall == syscall) return &call;
+  }
+  return nullptr;
+}
+
+std::vector<SyscallRule> BuildRules(bool guard_creation) {
+  // What an allowed call becomes: with the guard, a call that adds a name is the guard's.
+  auto allowed = [&](absl::string_view name) {
+    return guard_creation && FindCreationCall(name) != nullptr ? SyscallVerdict::kSupervised
+                                                               : SyscallVerdict::kAllow;
+  };
   std::vector<SyscallRule> rules;
-  for (absl::string_view name : kAllowed) rules.push_back(Rule(name, SyscallVerdict::kAllow));
+  for (absl::string_view name : kAllowed) rules.push_back(Rule(name, allowed(name)));
   for (absl::string_view name : kViolations) {
     rules.push_back(Rule(name, SyscallVerdict::kViolation, ViolationErrno(name)));
   }
@@ -252,8 +266,18 @@ std::vector<SyscallRule> BuildRules() {
   // argument alone (glibc passes 0 without O_CREAT); openat2 keeps its mode in memory, out of
   // seccomp's reach, so it gets ENOSYS and callers fall back to openat.
   for (const ModeArg& call : kModeSettingCalls) {
-    rules.push_back(Rule(call.syscall, SyscallVerdict::kAllow, 0,
-                         ArgMatch{call.mode_index, S_ISUID | S_ISGID, 0}));
+    const ArgMatch clean_mode{call.mode_index, S_ISUID | S_ISGID, 0};
+    const CreationCall* creation = FindCreationCall(call.syscall);
+    if (guard_creation && creation != nullptr && creation->flags >= 0) {
+      // open, openat: the guard's only when they may create.
+      const unsigned flags = static_cast<unsigned>(creation->flags);
+      rules.push_back(
+          Rule(call.syscall, SyscallVerdict::kAllow, 0, clean_mode, ArgMatch{flags, O_CREAT, 0}));
+      rules.push_back(Rule(call.syscall, SyscallVerdict::kSupervised, 0, clean_mode,
+                           ArgMatch{flags, O_CREAT, O_CREAT}));
+    } else {
+      rules.push_back(Rule(call.syscall, allowed(call.syscall), 0, clean_mode));
+    }
     rules.push_back(Rule(call.syscall, SyscallVerdict::kViolation, EPERM,
                          ArgMatch{call.mode_index, S_ISUID, S_ISUID}));
     rules.push_back(Rule(call.syscall, SyscallVerdict::kViolation, EPERM,
@@ -282,9 +306,12 @@ absl::string_view NameOf(absl::Span<const Named> table, uint32_t value) {
 
 }  // namespace
 
-const std::vector<SyscallRule>& SandboxSyscallRules() {
-  static const std::vector<SyscallRule>* const rules = new std::vector<SyscallRule>(BuildRules());
-  return *rules;
+const std::vector<SyscallRule>& SandboxSyscallRules(bool guard_creation) {
+  static const std::vector<SyscallRule>* const rules =
+      new std::vector<SyscallRule>(BuildRules(false));
+  static const std::vector<SyscallRule>* const guarded =
+      new std::vector<SyscallRule>(BuildRules(true));
+  return guard_creation ? *guarded : *rules;
 }
 
 std::vector<MaskedValue> ComplementPatterns(absl::Span<const uint32_t> excluded, int bits) {
@@ -298,6 +325,48 @@ std::vector<MaskedValue> ComplementPatterns(absl::Span<const uint32_t> excluded,
   std::vector<MaskedValue> out;
   CoverComplement(high_mask, 0, bits - 1, members, out);
   return out;
+}
+
+absl::Span<const CreationCall> CreationCalls() {
+  using K = CreationCall::Kind;
+  static constexpr CreationCall kCalls[] = {
+      {.syscall = "open", .kind = K::kOpen, .path = 0, .flags = 1, .mode = 2},
+      {.syscall = "creat",
+       .kind = K::kOpen,
+       .path = 0,
+       .mode = 1,
+       .fixed_flags = O_CREAT | O_WRONLY | O_TRUNC},
+      {.syscall = "openat", .kind = K::kOpen, .dirfd = 0, .path = 1, .flags = 2, .mode = 3},
+      {.syscall = "mkdir", .kind = K::kMkdir, .path = 0, .mode = 1},
+      {.syscall = "mkdirat", .kind = K::kMkdir, .dirfd = 0, .path = 1, .mode = 2},
+      {.syscall = "mknod", .kind = K::kMknod, .path = 0, .mode = 1, .dev = 2},
+      {.syscall = "mknodat", .kind = K::kMknod, .dirfd = 0, .path = 1, .mode = 2, .dev = 3},
+      {.syscall = "symlink", .kind = K::kSymlink, .path = 1, .old_path = 0},
+      {.syscall = "symlinkat", .kind = K::kSymlink, .dirfd = 1, .path = 2, .old_path = 0},
+      {.syscall = "link", .kind = K::kLink, .path = 1, .old_path = 0},
+      {.syscall = "linkat",
+       .kind = K::kLink,
+       .dirfd = 2,
+       .path = 3,
+       .old_dirfd = 0,
+       .old_path = 1,
+       .flags = 4},
+      {.syscall = "rename", .kind = K::kRename, .path = 1, .old_path = 0},
+      {.syscall = "renameat",
+       .kind = K::kRename,
+       .dirfd = 2,
+       .path = 3,
+       .old_dirfd = 0,
+       .old_path = 1},
+      {.syscall = "renameat2",
+       .kind = K::kRename,
+       .dirfd = 2,
+       .path = 3,
+       .old_dirfd = 0,
+       .old_path = 1,
+       .flags = 4},
+  };
+  return kCalls;
 }
 
 int ViolationErrno(absl::string_view syscall) { return syscall == "socket" ? EAFNOSUPPORT : EPERM; }

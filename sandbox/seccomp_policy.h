@@ -22,6 +22,9 @@ enum class SyscallVerdict {
   // Denied quietly with `errno_value`: not an attack, just something we do not offer
   // (clone3 -> ENOSYS so glibc falls back to clone; odd socket families -> EAFNOSUPPORT).
   kErrno,
+  // Handed to the creation guard (creation_guard.h), which makes the call itself or refuses it;
+  // only in programs built with SeccompOptions::guard_creation. Always a notification.
+  kSupervised,
 };
 
 // Matches when (low 32 bits of args[index]) & mask == value. Every argument we filter on is a
@@ -37,15 +40,19 @@ struct ArgMatch {
 struct SyscallRule {
   absl::string_view syscall;  // libseccomp's name; the rule is skipped on arches without it
   SyscallVerdict verdict = SyscallVerdict::kAllow;
-  int errno_value = 0;            // kViolation and kErrno
-  std::optional<ArgMatch> match;  // none: the rule covers every call
+  int errno_value = 0;             // kViolation and kErrno
+  std::optional<ArgMatch> match;   // none: the rule covers every call
+  std::optional<ArgMatch> match2;  // a second argument that must match too
 };
 
 // The whole policy. Anything without a matching rule, including syscall numbers the policy has
 // never heard of, gets the filter's default, ERRNO(EPERM). Rules for one syscall never overlap
 // with different verdicts: libseccomp gives no guarantee about which of two overlapping argument
 // rules it tests first, and an unconditional rule silently overrides the conditional ones.
-const std::vector<SyscallRule>& SandboxSyscallRules();
+//
+// With `guard_creation`, the calls of CreationCalls() that would be allowed are kSupervised
+// instead (open and openat only with O_CREAT); their violations stay violations.
+const std::vector<SyscallRule>& SandboxSyscallRules(bool guard_creation = false);
 
 // Disjoint (mask, value) patterns that together match exactly the values in [0, 2^bits) that
 // are not in `excluded` (1 <= bits <= 32). libseccomp has no "otherwise" branch per syscall (the
@@ -62,6 +69,26 @@ std::vector<MaskedValue> ComplementPatterns(absl::Span<const uint32_t> excluded,
 // The errno a violation of `syscall` is answered with: EAFNOSUPPORT for socket (what the kernel
 // says for a family it lacks, which programs handle), EPERM for everything else.
 int ViolationErrno(absl::string_view syscall);
+
+// Calls that add a name to a directory, and where their arguments are. With a writable host
+// directory in the sandbox, the filter (SeccompOptions::guard_creation) hands each of them to
+// the creation guard (creation_guard.h), which makes the name itself unless it is protected.
+// open and openat only when they may create (O_CREAT); openat2 is ENOSYS already. Indexes are -1
+// where the call has no such argument (a missing dirfd means AT_FDCWD).
+struct CreationCall {
+  enum class Kind { kOpen, kMkdir, kMknod, kSymlink, kLink, kRename };
+  absl::string_view syscall;
+  Kind kind;
+  int dirfd = -1;       // the directory of the new name
+  int path = -1;        // the new name
+  int old_dirfd = -1;   // link, rename: the directory of the existing name
+  int old_path = -1;    // link, rename: the existing name; symlink: the link's contents
+  int flags = -1;       // open: its flags; linkat, renameat2: theirs
+  int mode = -1;        // open, mkdir, mknod
+  int dev = -1;         // mknod
+  int fixed_flags = 0;  // creat: the open flags it implies
+};
+absl::Span<const CreationCall> CreationCalls();
 
 // A short description for logs and metrics: "mount", "clone(CLONE_NEWNS|CLONE_NEWUSER)",
 // "socket(AF_VSOCK)", "ioctl(TIOCSTI)", "personality(0x400000)". `args` are the six syscall

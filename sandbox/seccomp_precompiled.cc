@@ -12,6 +12,7 @@ namespace precompiled {
 struct PrecompiledProgram {
   Arch arch;
   bool notifies;
+  bool guards_creation;
   const struct sock_filter* instructions;
   size_t length;
 };
@@ -24,10 +25,11 @@ namespace moat::sandbox {
 
 absl::StatusOr<SeccompProgram> SeccompProgram::Precompiled(const SeccompOptions& options) {
   for (const precompiled::PrecompiledProgram& p : precompiled::kPrograms) {
-    if (p.arch == options.arch && p.notifies == options.notify_violations) {
+    if (p.arch == options.arch && p.notifies == options.notify_violations &&
+        p.guards_creation == options.guard_creation) {
       return SeccompProgram(
           std::vector<struct sock_filter>(p.instructions, p.instructions + p.length), p.arch,
-          p.notifies);
+          p.notifies, p.guards_creation);
     }
   }
   return absl::NotFoundError(

@@ -248,4 +248,6 @@ absl::StatusOr<SandboxProcess> SpawnSandbox(ContainPlan& plan, const SpawnOption
   return proc;
 }
 
+void KillSandbox(SandboxProcess& proc) { KillAndReap(proc.pid, proc.pidfd.get()); }
+
 }  // namespace moat::sandbox

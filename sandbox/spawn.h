@@ -53,4 +53,7 @@ struct SpawnOptions {
 // unsandboxed. `plan` is completed with the descriptors and must outlive the call.
 absl::StatusOr<SandboxProcess> SpawnSandbox(ContainPlan& plan, const SpawnOptions& options);
 
+// Kills a started sandbox (its init, and with it everything in its pid namespace) and reaps it.
+void KillSandbox(SandboxProcess& proc);
+
 }  // namespace moat::sandbox

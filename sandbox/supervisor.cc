@@ -207,7 +207,13 @@ class Supervisor {
     }
     struct pollfd pfd = {proc_.seccomp_listener.get(), POLLIN, 0};
     if (::poll(&pfd, 1, 0) != 1 || !(pfd.revents & POLLIN)) return false;
-    absl::StatusOr<SeccompViolation> v = HandleSeccompNotification(pfd.fd, o_.arch);
+    absl::StatusOr<SeccompRequest> request = ReceiveSeccompRequest(pfd.fd);
+    if (!request.ok()) return true;  // the caller died before we received it
+    if (o_.creation_guard != nullptr && o_.creation_guard->Takes(*request)) {
+      o_.creation_guard->Submit(*request);
+      return true;
+    }
+    absl::StatusOr<SeccompViolation> v = AnswerAsViolation(pfd.fd, *request, o_.arch);
     if (!v.ok()) return true;  // the caller died before we answered: nothing to record
     AddViolation("seccomp", absl::StrCat("blocked system call ", v->syscall));
     return true;

@@ -5,6 +5,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "sandbox/cgroup.h"
+#include "sandbox/creation_guard.h"
 #include "sandbox/result.h"
 #include "sandbox/sanitizer.h"
 #include "sandbox/seccomp_filter.h"
@@ -29,6 +30,9 @@ struct SuperviseOptions {
   int cancel_fd = -1;        // readable (e.g. a signalfd) = stop the sandbox now
   Arch arch = NativeArch();
   size_t max_violations = 64;
+  // Takes the notifications of calls that add a name (the program guards creation); the rest
+  // are violations, answered and recorded here.
+  CreationGuard* creation_guard = nullptr;
 };
 
 // Runs until the sandbox's init has exited and its output is drained. The caller still owns

@@ -2,6 +2,7 @@
 // as C++ arrays (seccomp_programs.inc), so that `moat run` does not spend ~3 ms per start
 // compiling the same filter. seccomp_precompiled_test.cc checks they equal a fresh Build().
 #include <cstdio>
+#include <utility>
 
 #include "sandbox/seccomp_filter.h"
 
@@ -14,8 +15,10 @@ int main() {
   int index = 0;
   std::string table;
   for (Arch arch : {Arch::kX86_64, Arch::kAarch64}) {
-    for (bool notify : {true, false}) {
-      absl::StatusOr<SeccompProgram> program = SeccompProgram::Build({arch, notify});
+    // Notifying, notifying and guarding creation, and plain.
+    for (auto [notify, guard] :
+         {std::pair{true, false}, std::pair{true, true}, std::pair{false, false}}) {
+      absl::StatusOr<SeccompProgram> program = SeccompProgram::Build({arch, notify, guard});
       if (!program.ok()) {
         std::fprintf(stderr, "seccomp_gen: %s\n", std::string(program.status().message()).c_str());
         return 1;
@@ -26,8 +29,9 @@ int main() {
       }
       std::printf("};\n");
       table += "    {Arch::" + std::string(arch == Arch::kX86_64 ? "kX86_64" : "kAarch64") + ", " +
-               (notify ? "true" : "false") + ", kProgram" + std::to_string(index) +
-               ", sizeof(kProgram" + std::to_string(index) + ") / sizeof(struct sock_filter)},\n";
+               (notify ? "true" : "false") + ", " + (guard ? "true" : "false") + ", kProgram" +
+               std::to_string(index) + ", sizeof(kProgram" + std::to_string(index) +
+               ") / sizeof(struct sock_filter)},\n";
       ++index;
     }
   }

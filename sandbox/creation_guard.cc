@@ -1,0 +1,529 @@
+#include "sandbox/creation_guard.h"
+
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/magic.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "sandbox/seccomp_notify.h"
+#include "sandbox/seccomp_policy.h"
+#include "sandbox/util/errno_status.h"
+
+namespace moat::sandbox {
+namespace {
+
+constexpr int kMaxSymlinkHops = 40;  // the kernel's MAXSYMLINKS
+// What the sandbox is told when it tries to make a protected name: the same as for writing one
+// that exists (a read-only bind).
+constexpr int kRefused = EROFS;
+
+// What the guard must know of the calling thread, from /proc/<tid>/status.
+struct Caller {
+  uid_t fsuid = 0;
+  gid_t fsgid = 0;
+  std::vector<gid_t> groups;
+  mode_t umask = 022;
+  pid_t tgid_inside = 0;  // its process and thread ids in its own pid namespace
+  pid_t tid_inside = 0;
+};
+
+// The last of the whitespace-separated numbers of a status line ("NStgid:\t4711\t2" -> 2) or the
+// field `index` of it ("Uid:\treal\teffective\tsaved\tfs").
+bool StatusField(absl::string_view line, int index, uint64_t* out) {
+  std::vector<absl::string_view> fields =
+      absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+  if (fields.size() < 2) return false;
+  size_t at = index < 0 ? fields.size() - 1 : static_cast<size_t>(index) + 1;
+  return at < fields.size() && absl::SimpleAtoi(fields[at], out);
+}
+
+// Returns 0 or an errno.
+int ReadCaller(int proc_fd, pid_t tid, Caller* caller) {
+  UniqueFd fd(::openat(proc_fd, absl::StrCat(tid, "/status").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return errno;
+  char buf[4096];
+  ssize_t n = ::read(fd.get(), buf, sizeof(buf) - 1);
+  if (n <= 0) return n < 0 ? errno : ESRCH;
+  int found = 0;
+  for (absl::string_view line : absl::StrSplit(absl::string_view(buf, n), '\n')) {
+    uint64_t v = 0;
+    if (absl::StartsWith(line, "Umask:")) {
+      std::vector<absl::string_view> f = absl::StrSplit(line, '\t', absl::SkipEmpty());
+      unsigned mask = 0;
+      if (f.size() == 2 && absl::numbers_internal::safe_strtou32_base(f[1], &mask, 8)) {
+        caller->umask = mask & 0777;
+      }
+    } else if (absl::StartsWith(line, "Uid:") && StatusField(line, 3, &v)) {
+      caller->fsuid = static_cast<uid_t>(v);
+      ++found;
+    } else if (absl::StartsWith(line, "Gid:") && StatusField(line, 3, &v)) {
+      caller->fsgid = static_cast<gid_t>(v);
+      ++found;
+    } else if (absl::StartsWith(line, "Groups:")) {
+      caller->groups.clear();
+      for (absl::string_view g :
+           absl::StrSplit(line.substr(7), absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
+        if (absl::SimpleAtoi(g, &v)) caller->groups.push_back(static_cast<gid_t>(v));
+      }
+    } else if (absl::StartsWith(line, "NStgid:") && StatusField(line, -1, &v)) {
+      caller->tgid_inside = static_cast<pid_t>(v);
+    } else if (absl::StartsWith(line, "NSpid:") && StatusField(line, -1, &v)) {
+      caller->tid_inside = static_cast<pid_t>(v);
+    }
+  }
+  return found == 2 ? 0 : ESRCH;
+}
+
+// Reads the NUL-terminated string at `addr` in `pid`'s memory, page by page (a string may end
+// just before an unmapped page). Returns 0, EFAULT or ENAMETOOLONG (over PATH_MAX with its NUL).
+int ReadString(pid_t pid, uint64_t addr, std::string* out) {
+  out->clear();
+  constexpr uint64_t kPage = 4096;
+  char buf[kPage];
+  while (out->size() < PATH_MAX) {
+    const size_t want = std::min<uint64_t>(kPage - (addr % kPage), PATH_MAX - out->size());
+    struct iovec local = {buf, want};
+    struct iovec remote = {reinterpret_cast<void*>(addr), want};
+    ssize_t got = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (got <= 0) return got < 0 && errno == ESRCH ? ESRCH : EFAULT;
+    if (const void* nul = std::memchr(buf, '\0', got)) {
+      out->append(buf, static_cast<const char*>(nul) - buf);
+      return 0;
+    }
+    out->append(buf, got);
+    addr += got;
+  }
+  return ENAMETOOLONG;
+}
+
+// The guard's thread is outside the sandbox's pid namespace, so the sandbox's /proc cannot say
+// who "self" is for it. Paths that name the caller that way are spelled with its pid instead:
+// /proc/self, /proc/thread-self, and the /dev links to them (mounts.cc makes those).
+std::string SpellSelf(absl::string_view path, const Caller& c) {
+  auto starts = [&](absl::string_view prefix) {
+    return absl::StartsWith(path, prefix) &&
+           (path.size() == prefix.size() || path[prefix.size()] == '/');
+  };
+  const std::string proc = absl::StrCat("/proc/", c.tgid_inside);
+  if (starts("/proc/self")) return absl::StrCat(proc, path.substr(10));
+  if (starts("/proc/thread-self")) {
+    return absl::StrCat(proc, "/task/", c.tid_inside, path.substr(17));
+  }
+  if (starts("/dev/fd")) return absl::StrCat(proc, "/fd", path.substr(7));
+  if (path == "/dev/stdin") return absl::StrCat(proc, "/fd/0");
+  if (path == "/dev/stdout") return absl::StrCat(proc, "/fd/1");
+  if (path == "/dev/stderr") return absl::StrCat(proc, "/fd/2");
+  return std::string(path);
+}
+
+// A path cut before its last component: "a/b/" -> ("a/", "b/"); "b" -> ("", "b"); "/" -> ("/", "").
+// `name` keeps its trailing slashes (they matter to the kernel: mkdir "b/" is fine, open "b/"
+// with O_CREAT is EISDIR); `bare` is the name without them.
+struct Split {
+  std::string parent;
+  std::string name;
+  std::string bare;
+};
+Split SplitLast(absl::string_view path) {
+  size_t end = path.size();
+  while (end > 0 && path[end - 1] == '/') --end;
+  if (end == 0) return {std::string(path), "", ""};
+  size_t slash = path.rfind('/', end - 1);
+  if (slash == absl::string_view::npos) {
+    return {"", std::string(path), std::string(path.substr(0, end))};
+  }
+  return {std::string(path.substr(0, slash + 1)), std::string(path.substr(slash + 1)),
+          std::string(path.substr(slash + 1, end - slash - 1))};
+}
+
+bool Exists(int dir, const std::string& name) {
+  struct stat st;
+  return ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+bool OnProcfs(int fd) {
+  struct statfs fs;
+  return ::fstatfs(fd, &fs) == 0 && fs.f_type == PROC_SUPER_MAGIC;
+}
+
+// Keeps, of the thread's effective capabilities, those it needs to act for a sandboxed thread:
+// reading its memory and /proc entries (CAP_SYS_PTRACE) and taking its ids (CAP_SETUID,
+// CAP_SETGID). The file-system capabilities go when the fsuid becomes the caller's.
+int NarrowCapabilities() {
+  struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2] = {};
+  if (::syscall(SYS_capget, &header, data) != 0) return errno;
+  const uint64_t keep = (1ull << CAP_SYS_PTRACE) | (1ull << CAP_SETUID) | (1ull << CAP_SETGID);
+  const uint64_t permitted = data[0].permitted | (uint64_t{data[1].permitted} << 32);
+  if ((permitted & keep) != keep) return EPERM;
+  data[0].effective = static_cast<uint32_t>(keep);
+  data[1].effective = static_cast<uint32_t>(keep >> 32);
+  return ::syscall(SYS_capset, &header, data) == 0 ? 0 : errno;
+}
+
+// Takes the caller's file-system ids and groups for this thread only: the raw calls, not glibc's
+// wrappers, which would change every thread of the process. setfsuid and setfsgid say nothing
+// of failure; asking again (-1 is never valid) returns the id in force.
+bool TakeIds(const Caller& caller) {
+  if (::syscall(SYS_setgroups, caller.groups.size(), caller.groups.data()) != 0) return false;
+  ::syscall(SYS_setfsgid, caller.fsgid);
+  if (::syscall(SYS_setfsgid, -1) != static_cast<long>(caller.fsgid)) return false;
+  ::syscall(SYS_setfsuid, caller.fsuid);
+  return ::syscall(SYS_setfsuid, -1) == static_cast<long>(caller.fsuid);
+}
+
+}  // namespace
+
+// One notification's work. Runs on the guard's thread only.
+class GuardCall {
+ public:
+  GuardCall(const CreationGuard::Options& options, int proc_fd, int root_fd,
+            const SeccompRequest& request, const Caller& caller)
+      : options_(options),
+        proc_fd_(proc_fd),
+        root_fd_(root_fd),
+        request_(request),
+        caller_(caller) {}
+
+  // Returns the errno to answer (0: `fd_` or success), and sets `refused_` when it refused a
+  // protected name.
+  int Run(const CreationCall& call) {
+    const uint64_t* args = reinterpret_cast<const uint64_t*>(request_.data.args);
+    std::string path, old_path;
+    if (int e = ReadString(request_.pid, args[call.path], &path)) return e;
+    if (call.old_path >= 0) {
+      if (int e = ReadString(request_.pid, args[call.old_path], &old_path)) return e;
+    }
+    const int flags = call.fixed_flags != 0 ? call.fixed_flags
+                      : call.flags >= 0     ? static_cast<int>(args[call.flags])
+                                            : 0;
+    const mode_t mode = call.mode >= 0 ? static_cast<mode_t>(args[call.mode]) : 0;
+    path = SpellSelf(path, caller_);
+
+    UniqueFd start;
+    if (int e = OpenStart(call.dirfd < 0 ? AT_FDCWD : static_cast<int>(args[call.dirfd]), path,
+                          &start)) {
+      return e;
+    }
+    UniqueFd old_start;
+    if (call.kind == CreationCall::Kind::kLink || call.kind == CreationCall::Kind::kRename) {
+      old_path = SpellSelf(old_path, caller_);
+      const int old_dirfd = call.old_dirfd < 0 ? AT_FDCWD : static_cast<int>(args[call.old_dirfd]);
+      if (call.kind == CreationCall::Kind::kLink && (flags & AT_EMPTY_PATH) && old_path.empty()) {
+        // linkat(fd, "", ..., AT_EMPTY_PATH): the file behind the caller's descriptor, reached
+        // through its /proc link (what an unprivileged caller does for O_TMPFILE files).
+        old_path = old_dirfd == AT_FDCWD ? absl::StrCat(request_.pid, "/cwd")
+                                         : absl::StrCat(request_.pid, "/fd/", old_dirfd);
+        old_start.reset(::fcntl(proc_fd_, F_DUPFD_CLOEXEC, 0));
+        if (!old_start) return errno;
+      } else if (int e = OpenStart(old_dirfd, old_path, &old_start)) {
+        return e;
+      }
+    }
+    Split split = SplitLast(path);
+    UniqueFd dir;
+    if (int e = OpenDir(start.get(), split.parent, &dir)) return e;
+    // Everything read from the caller is in hand: make sure it is still the caller that waits.
+    if (!SeccompRequestIsValid(options_.listener.get(), request_.id)) return ESRCH;
+
+    // "/" or "dir/..": nothing named to create; the call says what it says for a directory.
+    if (split.bare.empty()) split.name = ".";
+    switch (call.kind) {
+      case CreationCall::Kind::kOpen:
+        if (split.bare.empty()) break;
+        return Open(std::move(dir), std::move(split), flags, mode);
+      case CreationCall::Kind::kRename:
+        if (Protected(dir.get(), split.bare)) return Refuse(dir.get(), split.bare);
+        if (flags & RENAME_EXCHANGE) {
+          Split old_split = SplitLast(old_path);
+          UniqueFd old_dir;
+          if (int e = OpenDir(old_start.get(), old_split.parent, &old_dir)) return e;
+          if (Protected(old_dir.get(), old_split.bare)) {
+            return Refuse(old_dir.get(), old_split.bare);
+          }
+        }
+        break;
+      default:
+        if (Protected(dir.get(), split.bare)) {
+          return Exists(dir.get(), split.bare) ? EEXIST : Refuse(dir.get(), split.bare);
+        }
+        break;
+    }
+    return Plain(call, dir.get(), split.name, old_start.get(), old_path, flags, mode, args);
+  }
+
+  UniqueFd fd_;  // kOpen: the descriptor to install in the caller
+  bool cloexec_ = false;
+  std::optional<std::string> refused_;  // the protected path it refused to make
+
+ private:
+  // The directory a path starts from: the caller's descriptor or cwd for relative paths, the
+  // sandbox's root for absolute ones.
+  int OpenStart(int dirfd, const std::string& path, UniqueFd* out) {
+    if (absl::StartsWith(path, "/")) {
+      out->reset(::fcntl(root_fd_, F_DUPFD_CLOEXEC, 0));
+      return *out ? 0 : errno;
+    }
+    if (dirfd != AT_FDCWD && dirfd < 0) return EBADF;
+    const std::string link = dirfd == AT_FDCWD ? absl::StrCat(request_.pid, "/cwd")
+                                               : absl::StrCat(request_.pid, "/fd/", dirfd);
+    out->reset(::openat(proc_fd_, link.c_str(), O_PATH | O_CLOEXEC));
+    if (*out) return 0;
+    return errno == ENOENT ? EBADF : errno;
+  }
+
+  // The directory `parent` names from `start`, resolved by the kernel with the guard's root
+  // (the sandbox's) and ids (the caller's): what it would have found for the caller.
+  static int OpenDir(int start, const std::string& parent, UniqueFd* out) {
+    out->reset(
+        ::openat(start, parent.empty() ? "." : parent.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    return *out ? 0 : errno;
+  }
+
+  const ProtectedEntry* Protected(int dir, const std::string& name) const {
+    struct stat st;
+    if (::fstat(dir, &st) != 0) return nullptr;
+    for (const ProtectedEntry& e : options_.protected_entries) {
+      if (e.dev == st.st_dev && e.ino == st.st_ino && e.name == name) return &e;
+    }
+    return nullptr;
+  }
+
+  int Refuse(int dir, const std::string& name) {
+    const ProtectedEntry* entry = Protected(dir, name);
+    refused_ = entry != nullptr ? entry->path : name;
+    return kRefused;
+  }
+
+  // open(..., O_CREAT): as the kernel would, following a symlink in the last component unless
+  // O_NOFOLLOW or O_EXCL says not to, each hop checked again.
+  int Open(UniqueFd dir, Split split, int flags, mode_t mode) {
+    cloexec_ = (flags & O_CLOEXEC) != 0;
+    const bool follow = (flags & (O_NOFOLLOW | O_EXCL)) == 0;
+    for (int hop = 0; hop <= kMaxSymlinkHops; ++hop) {
+      if (OnProcfs(dir.get())) {
+        // Nothing is ever created in /proc; its links to open files (fd/N) must be followed
+        // by the kernel, not as text.
+        fd_.reset(::openat(dir.get(), split.name.c_str(), (flags & ~O_CREAT) | O_CLOEXEC));
+        return fd_ ? 0 : errno;
+      }
+      if (Protected(dir.get(), split.bare)) {
+        if (flags & O_EXCL) {
+          return Exists(dir.get(), split.bare) ? EEXIST : Refuse(dir.get(), split.bare);
+        }
+        // Opened as it is, if it is there (a read-only bind then refuses writing); never made.
+        fd_.reset(::openat(dir.get(), split.name.c_str(), (flags & ~O_CREAT) | O_CLOEXEC));
+        if (fd_) return 0;
+        return errno == ENOENT ? Refuse(dir.get(), split.bare) : errno;
+      }
+      fd_.reset(::openat(dir.get(), split.name.c_str(),
+                         flags | O_CLOEXEC | (follow ? O_NOFOLLOW : 0), mode));
+      if (fd_) return 0;
+      if (errno != ELOOP || !follow) return errno;
+      char target[PATH_MAX];
+      ssize_t n = ::readlinkat(dir.get(), split.bare.c_str(), target, sizeof(target) - 1);
+      if (n < 0) return ELOOP;
+      std::string link = SpellSelf(absl::string_view(target, n), caller_);
+      Split next = SplitLast(link);
+      UniqueFd next_dir;
+      if (int e =
+              OpenDir(absl::StartsWith(link, "/") ? root_fd_ : dir.get(), next.parent, &next_dir)) {
+        return e;
+      }
+      if (next.bare.empty()) return EISDIR;
+      dir = std::move(next_dir);
+      split = std::move(next);
+    }
+    return ELOOP;
+  }
+
+  // The call itself, on the resolved directory.
+  int Plain(const CreationCall& call, int dir, const std::string& name, int old_start,
+            const std::string& old_path, int flags, mode_t mode, const uint64_t* args) {
+    int rc = -1;
+    switch (call.kind) {
+      case CreationCall::Kind::kOpen:
+        fd_.reset(::openat(dir, name.c_str(), flags | O_CLOEXEC, mode));
+        cloexec_ = (flags & O_CLOEXEC) != 0;
+        return fd_ ? 0 : errno;
+      case CreationCall::Kind::kMkdir:
+        rc = ::mkdirat(dir, name.c_str(), mode);
+        break;
+      case CreationCall::Kind::kMknod:
+        rc = ::mknodat(dir, name.c_str(), mode, static_cast<dev_t>(args[call.dev]));
+        break;
+      case CreationCall::Kind::kSymlink:
+        rc = ::symlinkat(old_path.c_str(), dir, name.c_str());  // the link's contents, as given
+        break;
+      case CreationCall::Kind::kLink:
+        rc = ::linkat(old_start, old_path.c_str(), dir, name.c_str(),
+                      (flags & AT_EMPTY_PATH) ? AT_SYMLINK_FOLLOW : (flags & AT_SYMLINK_FOLLOW));
+        break;
+      case CreationCall::Kind::kRename:
+        rc = static_cast<int>(::syscall(SYS_renameat2, old_start, old_path.c_str(), dir,
+                                        name.c_str(), static_cast<unsigned>(flags)));
+        break;
+    }
+    return rc == 0 ? 0 : errno;
+  }
+
+  const CreationGuard::Options& options_;
+  const int proc_fd_;
+  const int root_fd_;
+  const SeccompRequest& request_;
+  const Caller& caller_;
+};
+
+CreationGuard::CreationGuard(Options options) : options_(std::move(options)) {
+  for (const CreationCall& call : CreationCalls()) {
+    absl::StatusOr<int> nr = SyscallNumber(options_.arch, call.syscall);
+    if (nr.ok()) calls_[*nr] = &call;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<CreationGuard>> CreationGuard::Start(Options options) {
+  if (!options.listener) return absl::InvalidArgumentError("creation guard: no listener");
+  std::unique_ptr<CreationGuard> guard(new CreationGuard(std::move(options)));
+  guard->thread_ = std::thread([g = guard.get()] { g->Serve(); });
+  absl::Status setup;
+  {
+    absl::MutexLock lock(&guard->mu_);
+    guard->mu_.Await(absl::Condition(&guard->ready_));
+    setup = guard->setup_;
+  }
+  if (!setup.ok()) return setup;  // the thread has returned; the destructor joins it
+  return guard;
+}
+
+CreationGuard::~CreationGuard() { Stop(); }
+
+bool CreationGuard::Takes(const SeccompRequest& request) const {
+  if (request.data.arch != AuditArch(options_.arch)) return false;
+  auto it = calls_.find(request.data.nr);
+  if (it == calls_.end()) return false;
+  const CreationCall& call = *it->second;
+  const uint64_t* args = reinterpret_cast<const uint64_t*>(request.data.args);
+  if (call.mode >= 0 && (args[call.mode] & (S_ISUID | S_ISGID)) != 0) return false;
+  return call.flags < 0 || call.kind != CreationCall::Kind::kOpen ||
+         (args[call.flags] & O_CREAT) != 0;
+}
+
+void CreationGuard::Submit(const SeccompRequest& request) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(request);
+}
+
+std::vector<Violation> CreationGuard::Stop() {
+  if (thread_.joinable()) {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    thread_.join();
+  }
+  absl::MutexLock lock(&mu_);
+  return violations_;
+}
+
+uint64_t CreationGuard::handled() const {
+  absl::MutexLock lock(&mu_);
+  return handled_;
+}
+
+void CreationGuard::Serve() {
+  UniqueFd proc_fd, root_fd;
+  // The steps that put this thread where the sandbox's names mean what they mean to it; the
+  // first that fails is reported to Start(), which then refuses to go on.
+  auto setup = [&]() -> absl::Status {
+    proc_fd.reset(::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!proc_fd) return ErrnoStatus("creation guard: open /proc");
+    UniqueFd sandbox_root(::openat(proc_fd.get(),
+                                   absl::StrCat(options_.sandbox_pid, "/root").c_str(),
+                                   O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!sandbox_root) return ErrnoStatus("creation guard: open the sandbox's root");
+    if (::unshare(CLONE_FS) != 0) return ErrnoStatus("creation guard: unshare(CLONE_FS)");
+    if (::fchdir(sandbox_root.get()) != 0 || ::chroot(".") != 0) {
+      return ErrnoStatus("creation guard: chroot into the sandbox's root (needs CAP_SYS_CHROOT)");
+    }
+    root_fd.reset(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!root_fd) return ErrnoStatus("creation guard: open the sandbox's root");
+    if (int e = NarrowCapabilities()) {
+      return ErrnoStatus("creation guard: keep only CAP_SYS_PTRACE, CAP_SETUID, CAP_SETGID", e);
+    }
+    return absl::OkStatus();
+  };
+  {
+    absl::Status status = setup();
+    absl::MutexLock lock(&mu_);
+    setup_ = status;
+    ready_ = true;
+    if (!status.ok()) return;
+  }
+
+  Caller current;  // the ids and umask the thread has now
+  current.fsuid = static_cast<uid_t>(-1);
+  const int listener = options_.listener.get();
+  auto work_or_stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || !queue_.empty();
+  };
+  for (;;) {
+    SeccompRequest request;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(&work_or_stop));
+      if (queue_.empty()) return;  // stopping, and nothing left
+      request = queue_.front();
+      queue_.pop_front();
+    }
+    const CreationCall& call = *calls_.at(request.data.nr);  // Takes() said so
+    Caller caller;
+    int error = ReadCaller(proc_fd.get(), request.pid, &caller);
+    if (error == 0 && (caller.fsuid != current.fsuid || caller.fsgid != current.fsgid ||
+                       caller.groups != current.groups)) {
+      if (TakeIds(caller)) {
+        current = caller;
+      } else {
+        error = EPERM;  // never act with other ids than the caller's
+        current.fsuid = static_cast<uid_t>(-1);
+      }
+    }
+    if (error == 0) ::umask(caller.umask);
+    GuardCall work(options_, proc_fd.get(), root_fd.get(), request, caller);
+    if (error == 0) error = work.Run(call);
+    if (error == ESRCH) continue;  // the caller is gone: nobody to answer
+    if (error == 0 && work.fd_) {
+      // NotFound: the caller died meanwhile; the descriptor is ours to close either way.
+      AnswerSeccompRequestWithFd(listener, request.id, work.fd_.get(), work.cloexec_).IgnoreError();
+    } else {
+      AnswerSeccompRequest(listener, request.id, error).IgnoreError();
+    }
+    absl::MutexLock lock(&mu_);
+    ++handled_;
+    if (work.refused_) {
+      std::string detail = absl::StrCat("refused to create protected path \"", *work.refused_,
+                                        "\" (read-only in the sandbox)");
+      if (std::none_of(violations_.begin(), violations_.end(),
+                       [&](const Violation& v) { return v.detail == detail; })) {
+        violations_.push_back(Violation{"filesystem", std::move(detail)});
+      }
+    }
+  }
+}
+
+}  // namespace moat::sandbox

@@ -1,0 +1,108 @@
+// The creation guard: protected paths that do not exist yet cannot be made by the sandbox.
+//
+// A read-only bind covers a protected path that exists (protected_paths.h); one that does not
+// exist has nothing to bind over, and under a writable host directory the sandbox could create
+// it (.git/hooks/pre-commit, .pi/extensions/evil.ts) for the host to run later. No mount and no
+// LSM rule of ours can tell "create .envrc" from "create main.py" in the same directory, so the
+// calls that add a name to a directory (CreationCalls(), seccomp_policy.h) are taken out of the
+// sandbox's hands: the seccomp filter turns each into a user notification
+// (SeccompOptions::guard_creation), the supervisor passes those to this guard, a thread of its
+// own, and the guard makes the name itself, unless it is protected.
+//
+//   sandboxed thread                 kernel                      guard thread (chrooted into the
+//   openat(dfd, "a/b", O_CREAT) ───▶ USER_NOTIF, caller waits ─▶ sandbox's root, the caller's
+//                                                                fsuid, fsgid, groups and umask)
+//                                                                 read "a/b" from its memory
+//                                                                 open its dfd (/proc/<tid>/fd)
+//                                                                 resolve "a" from there, as the
+//                                                                   kernel would for it: its
+//                                                                   mounts, its root, its
+//                                                                   permissions
+//                                                                 ID_VALID: still the same caller
+//                                                                 (dev, ino of "a", "b") protected?
+//                                                                   yes: EROFS and a violation
+//                                                                   no:  openat(a_fd, "b", ...)
+//   returns the new fd ◀──────────── ADDFD + SEND ◀───────────── the fd, installed in the caller
+//
+// Never "continue": the guard acts on the copy of the path it checked and on the directory it
+// resolved, so another thread rewriting the path or swapping a directory for a symlink after the
+// check changes nothing. Protection is by the directory's identity, so no spelling, symlink,
+// bind, hard link or rename reaches a protected name under another path. If the guard goes away,
+// the kernel fails the guarded calls with ENOSYS: the sandbox stays shut.
+//
+// Only sandboxes with a writable host directory need it (`moat run` with allowWrite or
+// --workspace); tmpfs /tmp and /workspace are the sandbox's own. Each creation then costs a round
+// trip to the guard (tens of microseconds). Needs CAP_SYS_CHROOT (root): rootless runs need a
+// guard that joins the sandbox's user namespace instead (a process, not a thread).
+#pragma once
+
+#include <sys/types.h>
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "sandbox/protected_paths.h"
+#include "sandbox/result.h"
+#include "sandbox/seccomp_filter.h"
+#include "sandbox/seccomp_notify.h"
+#include "sandbox/seccomp_policy.h"
+#include "sandbox/util/unique_fd.h"
+
+namespace moat::sandbox {
+
+class CreationGuard {
+ public:
+  struct Options {
+    UniqueFd listener;       // a duplicate of the sandbox's seccomp listener, to answer on
+    pid_t sandbox_pid = -1;  // a process of the sandbox (its init): names resolve in its root
+    std::vector<ProtectedEntry> protected_entries;
+    Arch arch = NativeArch();
+  };
+
+  // Starts the guard's thread and waits until it stands in the sandbox's root. Fails, naming the
+  // step, if it cannot: the caller must then not let the command run.
+  static absl::StatusOr<std::unique_ptr<CreationGuard>> Start(Options options);
+
+  // Whether `request` (received from the listener by the supervisor) is the guard's: a call
+  // that adds a name, with no set-user-ID or set-group-ID mode (those are violations; the filter
+  // sends both the same way).
+  bool Takes(const SeccompRequest& request) const;
+
+  // Queues a request the guard takes; its thread answers it. Never blocks on the sandbox.
+  void Submit(const SeccompRequest& request);
+
+  ~CreationGuard();
+  CreationGuard(const CreationGuard&) = delete;
+  CreationGuard& operator=(const CreationGuard&) = delete;
+
+  // Stops the thread (call it once the sandbox has ended: requests still queued are dropped).
+  // Returns each refused creation once, in order.
+  std::vector<Violation> Stop();
+
+  // How many calls the guard answered (tests and MOAT_TRACE).
+  uint64_t handled() const;
+
+ private:
+  explicit CreationGuard(Options options);
+  void Serve();
+
+  Options options_;
+  absl::flat_hash_map<int, const CreationCall*> calls_;  // by syscall number; set before Start
+  std::thread thread_;
+  mutable absl::Mutex mu_;
+  bool ready_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status setup_ ABSL_GUARDED_BY(mu_);
+  std::deque<SeccompRequest> queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<Violation> violations_ ABSL_GUARDED_BY(mu_);
+  uint64_t handled_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace moat::sandbox
