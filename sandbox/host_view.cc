@@ -78,8 +78,23 @@ std::vector<std::string> HostSocketPaths(const std::string& proc_net_unix) {
 }
 
 absl::StatusOr<MountOptions> MountOptionsFor(const Policy& policy, const HostContext& host,
-                                             const std::optional<std::string>& workspace_dir) {
+                                             const std::optional<std::string>& workspace_dir,
+                                             const std::optional<std::string>& working_dir) {
   MountOptions options;
+  if (working_dir) {
+    if (!absl::StartsWith(*working_dir, "/") || !IsDirectory(*working_dir)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--cwd: \"", *working_dir, "\" is not a directory on this host"));
+    }
+    for (const char* own : {"/proc", "/sys", "/dev", "/run", "/workspace"}) {
+      if (IsPathUnder(*working_dir, own)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--cwd: \"", *working_dir, "\" is under ", own,
+                         ", which the sandbox has of its own; it cannot show the host's there"));
+      }
+    }
+    options.working_dir = *working_dir;
+  }
   options.tmpfs_bytes = policy.limits.tmpfs_bytes;
   if (workspace_dir) {
     if (!IsDirectory(*workspace_dir)) {
@@ -115,7 +130,20 @@ absl::StatusOr<MountOptions> MountOptionsFor(const Policy& policy, const HostCon
     if (!host.home.empty() && host.home != "/") hidden.push_back(host.home);
     if (!host.sudo_home.empty() && host.sudo_home != "/") hidden.push_back(host.sudo_home);
   }
-  const std::vector<std::string> whole_homes = hidden;
+  // What the sandbox must see at its own path: the writable paths and the working directory.
+  // One under a home hidden as a whole is shown through it: the home becomes a read-only
+  // skeleton holding just the way down (MountOptions::home_skeletons), its credential stores
+  // still hidden.
+  std::vector<std::string> shown = policy.allow_write;
+  if (working_dir) shown.push_back(*working_dir);
+  std::vector<std::string> whole_homes;
+  for (const std::string& home : hidden) {
+    bool holds_shown = std::any_of(shown.begin(), shown.end(), [&](const std::string& path) {
+      return IsPathUnder(path, home) && path != home;
+    });
+    (holds_shown ? options.home_skeletons : whole_homes).push_back(home);
+  }
+  hidden = whole_homes;
   for (const std::string& home : homes) {
     // A home hidden as a whole needs no look inside (its credentials would be dropped below).
     if (std::find(whole_homes.begin(), whole_homes.end(), home) != whole_homes.end()) continue;
@@ -151,6 +179,23 @@ absl::StatusOr<MountOptions> MountOptionsFor(const Policy& policy, const HostCon
                      [&](const std::string& dir) { return IsPathUnder(path, dir); })) {
       options.hidden_paths.push_back(path);
     }
+  }
+  if (working_dir) {
+    // A working directory the policy hides (a credential store, denyRead, host sockets) is
+    // refused rather than shown empty; one in a writable path is shown by it already.
+    for (const std::string& path : options.hidden_paths) {
+      if (IsPathUnder(*working_dir, path)) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            "--cwd: \"", *working_dir, "\" is hidden from the sandbox (under \"", path,
+            "\", which the policy or moat's defaults hide); choose another directory"));
+      }
+    }
+    options.show_working_dir =
+        std::none_of(policy.allow_write.begin(), policy.allow_write.end(),
+                     [&](const std::string& root) { return IsPathUnder(*working_dir, root); }) &&
+        (IsPathUnder(*working_dir, "/tmp") ||
+         std::any_of(options.home_skeletons.begin(), options.home_skeletons.end(),
+                     [&](const std::string& home) { return IsPathUnder(*working_dir, home); }));
   }
   return options;
 }

@@ -38,7 +38,10 @@ std::string HomeFromPasswd(const std::string& passwd, absl::string_view name, ui
 // through any read-only view of its directory, so each is covered.
 std::vector<std::string> HostSocketPaths(const std::string& proc_net_unix);
 
-absl::StatusOr<MountOptions> MountOptionsFor(const Policy& policy, const HostContext& host,
-                                             const std::optional<std::string>& workspace_dir);
+// `working_dir` (--cwd): where the command starts, shown at its own path (through a hidden home
+// if need be); refused when the policy hides it. Without it the command starts in /workspace.
+absl::StatusOr<MountOptions> MountOptionsFor(
+    const Policy& policy, const HostContext& host, const std::optional<std::string>& workspace_dir,
+    const std::optional<std::string>& working_dir = std::nullopt);
 
 }  // namespace moat::sandbox

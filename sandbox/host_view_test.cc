@@ -121,5 +121,57 @@ TEST_F(HostViewTest, WorkspaceMustBeADirectory) {
   EXPECT_EQ(m->workspace_dir, dir_);
 }
 
+// A project in the hidden home is shown through it: the home becomes a skeleton, its credential
+// stores hidden one by one; a directory the policy hides is refused as the working directory.
+TEST_F(HostViewTest, WorkingDirectoryInTheHiddenHomeIsShownThroughIt) {
+  std::string home = Make("home/alice");
+  std::string project = Make("home/alice/src/app");
+  std::string ssh = Make("home/alice/.ssh");
+  HostContext host;
+  host.home = home;
+  host.home_root = dir_ + "/home";
+  host.proc_net_unix = "/nonexistent";
+  absl::StatusOr<MountOptions> m = MountOptionsFor(Policy{}, host, std::nullopt, project);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_THAT(m->home_skeletons, Contains(home));
+  EXPECT_THAT(m->hidden_paths, Not(Contains(home)));
+  EXPECT_THAT(m->hidden_paths, Contains(ssh));
+  EXPECT_EQ(m->working_dir, project);
+  EXPECT_TRUE(m->show_working_dir);
+
+  // Writable: shown by its own bind, no read-only one on top.
+  Policy writable;
+  writable.allow_write = {project};
+  m = MountOptionsFor(writable, host, std::nullopt, project);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_THAT(m->home_skeletons, Contains(home));
+  EXPECT_FALSE(m->show_working_dir);
+
+  // Visible anyway (in the read-only host view): nothing to show. Under /tmp (the sandbox's
+  // own) it must be shown.
+  m = MountOptionsFor(Policy{}, host, std::nullopt, "/usr");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_FALSE(m->show_working_dir);
+  EXPECT_THAT(m->hidden_paths, Contains(home));
+  m = MountOptionsFor(Policy{}, host, std::nullopt, dir_);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(m->show_working_dir);
+
+  // A credential store, or what denyRead hides, is never the working directory.
+  Policy deny;
+  deny.deny_read = {project + "/secret"};
+  std::string secret = Make("home/alice/src/app/secret");
+  for (const std::string& hidden : {ssh, secret}) {
+    m = MountOptionsFor(deny, host, std::nullopt, hidden);
+    ASSERT_FALSE(m.ok()) << hidden;
+    EXPECT_THAT(std::string(m.status().message()), HasSubstr("is hidden from the sandbox"));
+  }
+  m = MountOptionsFor(Policy{}, host, std::nullopt, home + "/missing");
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("is not a directory"));
+  m = MountOptionsFor(Policy{}, host, std::nullopt, "/proc/self");
+  ASSERT_FALSE(m.ok());
+}
+
 }  // namespace
 }  // namespace moat::sandbox

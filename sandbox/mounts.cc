@@ -401,6 +401,13 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
   if (options.workspace_dir) {
     ASSIGN_OR_RETURN(workspace_fd, plan.OpenTree(*options.workspace_dir, "--workspace", options));
   }
+  int working_fd = -1;
+  if (options.working_dir && options.show_working_dir) {
+    // Read-only, so not idmapped: the files keep their host owners.
+    MountOptions plain = options;
+    plain.sandbox_ids.reset();
+    ASSIGN_OR_RETURN(working_fd, plan.OpenTree(*options.working_dir, "--cwd", plain));
+  }
   std::vector<int> writable_fds;
   for (const std::string& path : options.writable_paths) {
     ASSIGN_OR_RETURN(int fd, plan.OpenTree(path, "filesystem.allowWrite", options));
@@ -445,23 +452,48 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
               .fd = workspace_fd});
   }
 
-  // Policy paths: writable first, then read-only inside them, then hidden (deny wins).
+  // Policy paths: home skeletons, writable paths and the working directory, then read-only
+  // paths inside them, then hidden ones (deny wins).
+  for (const std::string& home : options.home_skeletons) {
+    plan.Add({.kind = K::kTmpfs,
+              .source = "tmpfs",
+              .target = in_new_root(home),
+              .data = "size=64k,nr_inodes=256,mode=755",
+              .flags = MS_NOSUID | MS_NODEV | MS_NOEXEC});
+  }
+  // Paths under a tmpfs of the sandbox's own (/tmp, /workspace without --workspace, a home
+  // skeleton) do not exist there yet: make their mount points.
+  auto add_mount_point = [&](const std::string& path) {
+    std::string tmpfs;
+    if (absl::StartsWith(path, "/tmp/")) tmpfs = "/tmp";
+    if (!options.workspace_dir && absl::StartsWith(path, "/workspace/")) tmpfs = "/workspace";
+    for (const std::string& home : options.home_skeletons) {
+      if (absl::StartsWith(path, absl::StrCat(home, "/"))) tmpfs = home;
+    }
+    if (tmpfs.empty()) return;
+    struct stat st;
+    bool is_dir = ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+    for (size_t slash = path.find('/', tmpfs.size() + 1); slash != std::string::npos;
+         slash = path.find('/', slash + 1)) {
+      plan.Add({.kind = K::kMkdir, .target = in_new_root(path.substr(0, slash))});
+    }
+    plan.Add({.kind = is_dir ? K::kMkdir : K::kTouch, .target = in_new_root(path)});
+  };
   for (size_t i = 0; i < options.writable_paths.size(); ++i) {
     const std::string& path = options.writable_paths[i];
-    // Paths under the sandbox's private /tmp (or tmpfs /workspace) do not exist there yet:
-    // create the mount point.
-    if (absl::StartsWith(path, "/tmp/") ||
-        (!options.workspace_dir && absl::StartsWith(path, "/workspace/"))) {
-      struct stat st;
-      bool is_dir = ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-      for (size_t slash = path.find('/', 1); slash != std::string::npos;
-           slash = path.find('/', slash + 1)) {
-        plan.Add({.kind = K::kMkdir, .target = in_new_root(path.substr(0, slash))});
-      }
-      plan.Add({.kind = is_dir ? K::kMkdir : K::kTouch, .target = in_new_root(path)});
-    }
+    add_mount_point(path);
     const char* kept = plan.Keep(path);
     plan.Add({.kind = K::kAttachInRoot, .source = kept, .target = kept, .fd = writable_fds[i]});
+  }
+  if (working_fd >= 0) {
+    add_mount_point(*options.working_dir);
+    const char* kept = plan.Keep(*options.working_dir);
+    plan.Add({.kind = K::kAttachInRoot, .source = kept, .target = kept, .fd = working_fd});
+    plan.Add({.kind = K::kReadOnlyInRoot, .target = kept});
+  }
+  for (const std::string& home : options.home_skeletons) {
+    // Only the skeleton itself: the trees bound inside keep their own flags.
+    plan.Add({.kind = K::kSetReadOnly, .target = in_new_root(home), .flags = 0});
   }
   for (const auto& [host_file, inside] : options.file_overlays) {
     // The sandbox sees the host's file at `inside`; a symlink there (systemd-resolved's
@@ -489,7 +521,9 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
   for (const std::string& path : options.hidden_paths) {
     plan.Add({.kind = K::kHideInRoot, .target = plan.Keep(path), .optional = true});
   }
-  plan.Add({.kind = K::kPivot, .source = "/workspace", .target = kNewRoot});
+  plan.Add({.kind = K::kPivot,
+            .source = options.working_dir ? plan.Keep(*options.working_dir) : "/workspace",
+            .target = kNewRoot});
   return plan;
 }
 

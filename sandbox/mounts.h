@@ -46,6 +46,13 @@ struct MountOptions {
   std::vector<std::string> writable_paths;  // host paths bound read-write at the same path
   std::vector<std::string> readonly_paths;  // re-bound read-only (inside writable ones)
   std::vector<std::string> hidden_paths;    // covered: dirs by an empty dir, files by /dev/null
+  // Homes hidden but for the writable paths and the working directory inside them: covered by a
+  // read-only tmpfs that holds only the directories on the way down to those.
+  std::vector<std::string> home_skeletons;
+  // Where the command starts (default /workspace). With `show_working_dir`, the host directory is
+  // bound read-only at its own path first (it lies in a home skeleton or the private /tmp).
+  std::optional<std::string> working_dir;
+  bool show_working_dir = false;
   // Host files bound read-only over existing files of the view: {host file, path inside}, e.g.
   // the egress resolv.conf over /etc/resolv.conf.
   std::vector<std::pair<std::string, std::string>> file_overlays;

@@ -580,7 +580,58 @@ std::vector<std::string> MandatoryDenyWrite(const Policy& policy, const PathCont
   return out;
 }
 
-absl::StatusOr<Policy> ResolvePolicy(const PolicySources& sources) {
+namespace {
+
+// Records, for each value that `after` holds differently from `before`, that `source` set it.
+void NoteOrigins(const Policy& before, const Policy& after, absl::string_view source,
+                 PolicyOrigins* origins) {
+  auto value = [&](const char* key, bool changed) {
+    if (changed) origins->values[key] = std::string(source);
+  };
+  value("limits.memory", before.limits.memory_bytes != after.limits.memory_bytes);
+  value("limits.pids", before.limits.pids != after.limits.pids);
+  value("limits.cpus", before.limits.cpus != after.limits.cpus);
+  value("limits.cpuTimeout", before.limits.cpu_timeout != after.limits.cpu_timeout);
+  value("limits.wallTimeout", before.limits.wall_timeout != after.limits.wall_timeout);
+  value("limits.tmpfsSize", before.limits.tmpfs_bytes != after.limits.tmpfs_bytes);
+  value("network.maxRequestBodyBytes",
+        before.egress.max_request_body_bytes != after.egress.max_request_body_bytes);
+  value("network.requestsPerMinute",
+        before.egress.requests_per_minute != after.egress.requests_per_minute);
+  value("network.transparent", before.transparent != after.transparent);
+  value("filesystem.hideHome", before.hide_home != after.hide_home);
+  auto list = [&](const char* key, const std::vector<std::string>& was,
+                  const std::vector<std::string>& now) {
+    std::map<std::string, std::string>& seen = origins->elements[key];
+    for (const std::string& v : now) {
+      if (std::find(was.begin(), was.end(), v) == was.end() || !seen.count(v)) {
+        seen.emplace(v, std::string(source));
+      }
+    }
+    for (auto it = seen.begin(); it != seen.end();) {
+      it = std::find(now.begin(), now.end(), it->first) == now.end() ? seen.erase(it) : ++it;
+    }
+  };
+  list("network.allowedDomains", before.allowed_domains, after.allowed_domains);
+  list("network.deniedDomains", before.denied_domains, after.denied_domains);
+  list("network.allowedCidrs", before.allowed_cidrs, after.allowed_cidrs);
+  list("network.dnsServers", before.dns_servers, after.dns_servers);
+  list("filesystem.denyRead", before.deny_read, after.deny_read);
+  list("filesystem.allowWrite", before.allow_write, after.allow_write);
+  list("filesystem.denyWrite", before.deny_write, after.deny_write);
+  std::map<std::string, std::string>& env = origins->elements["env"];
+  for (const auto& [name, v] : after.env) {
+    auto old = std::find_if(before.env.begin(), before.env.end(),
+                            [&](const auto& e) { return e.first == name; });
+    if (old == before.env.end() || old->second != v || !env.count(name)) {
+      env[name] = std::string(source);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Policy> ResolvePolicy(const PolicySources& sources, PolicyOrigins* origins) {
   const PathContext& paths = sources.paths;
   if (!absl::StartsWith(paths.cwd, "/")) {
     return absl::InvalidArgumentError(absl::StrCat("resolve policy: the working directory ",
@@ -588,17 +639,35 @@ absl::StatusOr<Policy> ResolvePolicy(const PolicySources& sources) {
                                                    " is not an absolute path"));
   }
   Policy policy = DefaultPolicy(paths);
+  if (origins != nullptr) {
+    *origins = PolicyOrigins();
+    Policy none;  // differs from the default in every value, so each is noted
+    none.limits = {0, 0, 0, absl::ZeroDuration(), absl::ZeroDuration(), 0};
+    none.egress = {0, 0};
+    none.hide_home = !policy.hide_home;
+    none.transparent = !policy.transparent;
+    NoteOrigins(none, policy, "built-in default", origins);
+  }
+  auto apply = [&](const PolicyLayer& layer, LayerTrust trust) -> absl::Status {
+    Policy before = origins != nullptr ? policy : Policy();
+    RETURN_IF_ERROR(ApplyLayer(layer, trust, &policy));
+    if (origins != nullptr) NoteOrigins(before, policy, layer.source, origins);
+    return absl::OkStatus();
+  };
 
   // Reads and applies one file; `optional` files that do not exist are skipped.
   auto apply_file = [&](const std::string& path, LayerTrust trust, bool optional) -> absl::Status {
     absl::StatusOr<PolicyLayer> layer = ParsePolicyFile(path, paths);
     if (optional && absl::IsNotFound(layer.status())) return absl::OkStatus();
     if (!layer.ok()) return layer.status();
-    return ApplyLayer(*layer, trust, &policy);
+    return apply(*layer, trust);
   };
 
   if (std::string user = UserPolicyPath(paths); !user.empty()) {
     RETURN_IF_ERROR(apply_file(user, LayerTrust::kTrusted, /*optional=*/true));
+  }
+  for (const std::string& file : sources.user_files) {
+    RETURN_IF_ERROR(apply_file(file, LayerTrust::kTrusted, /*optional=*/false));
   }
   for (const std::string& project : ProjectPolicyPaths(paths)) {
     RETURN_IF_ERROR(apply_file(project, LayerTrust::kProject, /*optional=*/true));
@@ -609,11 +678,13 @@ absl::StatusOr<Policy> ResolvePolicy(const PolicySources& sources) {
   if (!LayerIsEmpty(sources.flags)) {
     PolicyLayer flags = sources.flags;
     if (flags.source.empty()) flags.source = "command line";
-    RETURN_IF_ERROR(ApplyLayer(flags, LayerTrust::kTrusted, &policy));
+    RETURN_IF_ERROR(apply(flags, LayerTrust::kTrusted));
   }
+  Policy before = origins != nullptr ? policy : Policy();
   for (std::string& path : MandatoryDenyWrite(policy, paths)) {
     policy.deny_write.push_back(std::move(path));
   }
+  if (origins != nullptr) NoteOrigins(before, policy, "moat (protected path)", origins);
   return policy;
 }
 

@@ -1,8 +1,8 @@
 // The sandbox policy: what a run may reach (network, files) and what it may use (limits), and how
 // it is assembled from layers:
 //
-//   built-in default < user file < project files < --policy FILE < command-line flags
-//   (~/.config/moat/policy.yaml)  (./.moat/policy.yaml, ./.pi/sandbox.json)
+//   built-in default < user file < --user-policy FILEs < project files < --policy FILE < flags
+//   (~/.config/moat/policy.yaml)                    (./.moat/policy.yaml, ./.pi/sandbox.json)
 //
 // Trusted layers (user file, --policy, flags) replace allow lists and limits. A project layer
 // comes from whatever repository the user cloned, so it may only tighten: lower limits, narrow
@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -100,13 +101,26 @@ absl::Status ApplyLayer(const PolicyLayer& layer, LayerTrust trust, Policy* poli
 
 struct PolicySources {
   PathContext paths;
+  // --user-policy FILE...: trusted layers right above the user file and below the project files
+  // (an agent's global configuration, e.g. Pi's ~/.pi/agent/extensions/sandbox.json).
+  std::vector<std::string> user_files;
   std::optional<std::string> explicit_file;  // --policy FILE
   PolicyLayer flags;                         // built by the CLI from its flags
 };
 
-// Default < user file < project files < explicit file < flags. Missing optional files are skipped;
-// an unreadable or invalid one is an error. Finally adds the mandatory write protections.
-absl::StatusOr<Policy> ResolvePolicy(const PolicySources& sources);
+// Default < user file < user files < project files < explicit file < flags. Missing optional files
+// (the user file, project files) are skipped; an unreadable or invalid one is an error, and so is
+// a missing --user-policy or --policy file. Finally adds the mandatory write protections.
+//
+// With `origins`, also says which layer each value came from (moat policy show).
+struct PolicyOrigins {
+  // "limits.memory", "network.transparent", ... -> the layer that set the value in force.
+  std::map<std::string, std::string> values;
+  // "filesystem.allowWrite", ... -> each element -> the first layer that added it.
+  std::map<std::string, std::map<std::string, std::string>> elements;
+};
+absl::StatusOr<Policy> ResolvePolicy(const PolicySources& sources,
+                                     PolicyOrigins* origins = nullptr);
 
 // ---- Building blocks, exposed for the CLI and for tests. ----
 

@@ -730,5 +730,45 @@ TEST_F(ResolvePolicyTest, UserFileIsSkippedWithoutAHome) {
   EXPECT_EQ(policy->limits.pids, 256u);
 }
 
+// --user-policy files are trusted (they may widen the user file) and sit below the project files
+// (which may only tighten what they allow).
+TEST_F(ResolvePolicyTest, UserPolicyFilesSitBetweenTheUserFileAndTheProject) {
+  Write(UserFile(), "limits:\n  memory: 1G\n");
+  std::string agent = Write(root_ + "/agent.json", R"({"filesystem": {"allowWrite": ["."]},
+    "limits": {"memory": "2G"}})");
+  Write(PiFile(), R"({"limits": {"memory": "768M"}})");
+  sources_.user_files = {agent};
+  PolicyOrigins origins;
+  absl::StatusOr<Policy> policy = ResolvePolicy(sources_, &origins);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_THAT(policy->sources, ElementsAre(UserFile(), agent, PiFile()));
+  EXPECT_THAT(policy->allow_write, ElementsAre(cwd_));
+  EXPECT_EQ(policy->limits.memory_bytes, 768ull << 20);
+  EXPECT_EQ(origins.values["limits.memory"], PiFile());
+  EXPECT_EQ(origins.values["limits.pids"], "built-in default");
+  EXPECT_EQ(origins.elements["filesystem.allowWrite"][cwd_], agent);
+  EXPECT_EQ(origins.elements["filesystem.denyWrite"][cwd_ + "/.pi"], "moat (protected path)");
+  EXPECT_EQ(origins.elements["filesystem.denyRead"][home_ + "/.ssh"], "built-in default");
+
+  // The project may not widen what the agent's file allows.
+  Write(PiFile(), R"({"limits": {"memory": "4G"}})");
+  EXPECT_EQ(ResolvePolicy(sources_).status().code(), absl::StatusCode::kPermissionDenied);
+  // A named file that is missing is an error, not a silent default.
+  sources_.user_files = {root_ + "/missing.json"};
+  EXPECT_FALSE(ResolvePolicy(sources_).ok());
+}
+
+// The project directory is a writable root of its own: its agent configuration stays protected
+// when a wider directory is writable.
+TEST_F(ResolvePolicyTest, ProtectsTheProjectInsideAWiderWritableRoot) {
+  sources_.flags.allow_write = std::vector<std::string>{root_};
+  absl::StatusOr<Policy> policy = ResolvePolicy(sources_);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  for (const char* name : {"/.pi", "/.envrc", "/.git/hooks", "/.claude"}) {
+    EXPECT_THAT(policy->deny_write, Contains(cwd_ + name));
+    EXPECT_THAT(policy->deny_write, Contains(root_ + name));
+  }
+}
+
 }  // namespace
 }  // namespace moat::sandbox

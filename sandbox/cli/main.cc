@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "sandbox/cli/policy_command.h"
 #include "sandbox/cli/run_command.h"
 
 namespace {
@@ -14,6 +15,8 @@ constexpr char kUsage[] =
     R"(moat: run untrusted, model-generated code in a disposable, kernel-enforced sandbox
 
 usage: moat run [OPTIONS] -- COMMAND [ARG...]   run COMMAND in a fresh sandbox (moat run --help)
+       moat policy show [--json] [OPTIONS]      the policy a run would use, and where each
+                                                value came from (moat policy --help)
        moat --help                              this help
        moat --version                           print the version
 
@@ -44,6 +47,9 @@ int main(int argc, char** argv) {
   }
   if (args[0] == "run") {
     return moat::cli::RunCommandMain(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+  if (args[0] == "policy") {
+    return moat::cli::PolicyCommandMain(std::vector<std::string>(args.begin() + 1, args.end()));
   }
   std::fprintf(stderr, "moat: unknown command \"%s\" (see moat --help)\n", args[0].c_str());
   return 125;

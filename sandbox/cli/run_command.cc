@@ -41,24 +41,23 @@ std::string CurrentDirectory() {
 }
 
 absl::StatusOr<sandbox::RunRequest> BuildRequest(const RunFlags& flags) {
-  sandbox::PolicySources sources;
-  sources.paths.home = HomeDirectory();
-  sources.paths.cwd = CurrentDirectory();
-  sources.explicit_file = flags.policy_file;
-  sources.flags = flags.layer;
+  ASSIGN_OR_RETURN(PolicyInputs inputs, PolicyInputsFor(flags));
+  const sandbox::PolicySources& sources = inputs.sources;
+  const std::optional<std::string>& working_dir = inputs.working_dir;
   ASSIGN_OR_RETURN(sandbox::Policy policy, sandbox::ResolvePolicy(sources));
   std::optional<std::string> audit_log;
   if (flags.audit_log) {
-    ASSIGN_OR_RETURN(audit_log, sandbox::ResolvePolicyPath(*flags.audit_log, sources.paths));
+    ASSIGN_OR_RETURN(audit_log, sandbox::ResolvePolicyPath(*flags.audit_log, inputs.invocation));
   }
   sandbox::HostContext host = sandbox::CurrentHostContext();
   host.home = sources.paths.home;
   std::optional<std::string> workspace;
   if (flags.workspace) {
     // Made absolute without resolving symlinks: the mount plan refuses paths through a symlink.
-    ASSIGN_OR_RETURN(workspace, sandbox::ResolvePolicyPath(*flags.workspace, sources.paths));
+    ASSIGN_OR_RETURN(workspace, sandbox::ResolvePolicyPath(*flags.workspace, inputs.invocation));
   }
-  ASSIGN_OR_RETURN(sandbox::MountOptions mounts, sandbox::MountOptionsFor(policy, host, workspace));
+  ASSIGN_OR_RETURN(sandbox::MountOptions mounts,
+                   sandbox::MountOptionsFor(policy, host, workspace, working_dir));
   // The audit log is the supervisor's record of what the sandbox did: it must not read it.
   mounts.hidden_paths.push_back(egress::kStateDir);
   if (audit_log) mounts.hidden_paths.push_back(*audit_log);
@@ -66,6 +65,7 @@ absl::StatusOr<sandbox::RunRequest> BuildRequest(const RunFlags& flags) {
   sandbox::RunRequest request;
   request.argv = flags.command;
   request.env = policy.env;
+  if (working_dir) request.env.emplace_back("PWD", *working_dir);
   request.limits = policy.limits;
   if (!policy.allowed_domains.empty()) {
     // No allowed domain, no network: the sandbox keeps only its loopback and no proxy runs.
@@ -104,6 +104,28 @@ void ExplainEnding(const sandbox::RunResult& r, const sandbox::RunRequest& reque
 }
 
 }  // namespace
+
+absl::StatusOr<PolicyInputs> PolicyInputsFor(const RunFlags& flags) {
+  PolicyInputs inputs;
+  sandbox::PolicySources& sources = inputs.sources;
+  sources.paths.home = HomeDirectory();
+  sources.paths.cwd = CurrentDirectory();
+  inputs.invocation = sources.paths;
+  // File names relative to moat's own directory, like --policy's.
+  for (const std::string& file : flags.user_policy_files) {
+    ASSIGN_OR_RETURN(std::string path, sandbox::ResolvePolicyPath(file, sources.paths));
+    sources.user_files.push_back(std::move(path));
+  }
+  if (flags.cwd) {
+    // Made absolute without resolving symlinks (the mount plan refuses a path through one). It
+    // is the project whose policy files count, and "." in a policy means it.
+    ASSIGN_OR_RETURN(inputs.working_dir, sandbox::ResolvePolicyPath(*flags.cwd, sources.paths));
+    sources.paths.cwd = *inputs.working_dir;
+  }
+  sources.explicit_file = flags.policy_file;
+  sources.flags = flags.layer;
+  return inputs;
+}
 
 int RunCommandMain(const std::vector<std::string>& args) {
   absl::StatusOr<RunFlags> flags = ParseRunFlags(args);

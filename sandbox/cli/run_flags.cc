@@ -18,6 +18,11 @@ memory, processes, CPU and time.
 Options:
   --policy FILE        policy file (YAML or JSON), on top of ~/.config/moat/policy.yaml and the
                        project's .moat/policy.yaml or .pi/sandbox.json (which may only tighten)
+  --user-policy FILE   a trusted policy layer below the project's files, e.g. an agent's global
+                       sandbox configuration (repeatable; later files override earlier ones)
+  --cwd DIR            start the command in DIR, shown at its own path (also in a hidden home),
+                       and look for the project's policy files there (default: the command
+                       starts in /workspace; policy files come from moat's working directory)
   --memory SIZE        memory limit, e.g. 64M, 1G            (default 512M)
   --pids N             process limit                          (default 256)
   --cpus X             CPU quota in cores, e.g. 0.5           (default 1)
@@ -44,7 +49,8 @@ absl::Status BadValue(absl::string_view flag, const absl::Status& why) {
 
 }  // namespace
 
-absl::StatusOr<RunFlags> ParseRunFlags(const std::vector<std::string>& args) {
+absl::StatusOr<RunFlags> ParseRunFlags(const std::vector<std::string>& args,
+                                       bool command_required) {
   RunFlags flags;
   flags.layer.source = "command line";
   size_t i = 0;
@@ -71,8 +77,8 @@ absl::StatusOr<RunFlags> ParseRunFlags(const std::vector<std::string>& args) {
       value = arg.substr(eq + 1);
     }
     static const char* const kValued[] = {
-        "--policy",       "--memory",     "--pids",      "--cpus", "--cpu-timeout",
-        "--wall-timeout", "--tmpfs-size", "--workspace", "--env",  "--audit-log"};
+        "--policy",      "--user-policy",  "--cwd",        "--memory",    "--pids", "--cpus",
+        "--cpu-timeout", "--wall-timeout", "--tmpfs-size", "--workspace", "--env",  "--audit-log"};
     bool known = false;
     for (const char* k : kValued) known = known || name == k;
     if (!known) {
@@ -89,6 +95,12 @@ absl::StatusOr<RunFlags> ParseRunFlags(const std::vector<std::string>& args) {
     if (name == "--policy") {
       if (value->empty()) return absl::InvalidArgumentError("--policy needs a file name");
       flags.policy_file = *value;
+    } else if (name == "--user-policy") {
+      if (value->empty()) return absl::InvalidArgumentError("--user-policy needs a file name");
+      flags.user_policy_files.push_back(*value);
+    } else if (name == "--cwd") {
+      if (value->empty()) return absl::InvalidArgumentError("--cwd needs a directory");
+      flags.cwd = *value;
     } else if (name == "--audit-log") {
       if (value->empty()) return absl::InvalidArgumentError("--audit-log needs a file name");
       flags.audit_log = *value;
@@ -138,7 +150,11 @@ absl::StatusOr<RunFlags> ParseRunFlags(const std::vector<std::string>& args) {
     }
   }
   flags.command.assign(args.begin() + i, args.end());
-  if (flags.command.empty() && !flags.help) {
+  if (!command_required && !flags.command.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument \"", flags.command.front(), "\""));
+  }
+  if (command_required && flags.command.empty() && !flags.help) {
     return absl::InvalidArgumentError("no command given (usage: moat run [OPTIONS] -- COMMAND)");
   }
   return flags;

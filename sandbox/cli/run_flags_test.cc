@@ -94,5 +94,20 @@ TEST(RunFlagsTest, UsageDocumentsEveryOption) {
   }
 }
 
+TEST(RunFlagsTest, CwdAndUserPolicies) {
+  absl::StatusOr<RunFlags> f = ParseRunFlags(
+      {"--cwd", "proj", "--user-policy", "a.json", "--user-policy=b.yaml", "--", "ls"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->cwd, "proj");
+  EXPECT_EQ(f->user_policy_files, (std::vector<std::string>{"a.json", "b.yaml"}));
+  EXPECT_FALSE(ParseRunFlags({"--cwd", "", "--", "ls"}).ok());
+  EXPECT_FALSE(ParseRunFlags({"--user-policy", "", "--", "ls"}).ok());
+  // `moat policy show` takes the same options and no command.
+  f = ParseRunFlags({"--cwd", "proj", "--json"}, /*command_required=*/false);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(f->json);
+  EXPECT_FALSE(ParseRunFlags({"--cwd", "proj", "ls"}, /*command_required=*/false).ok());
+}
+
 }  // namespace
 }  // namespace moat::cli
