@@ -21,6 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "sandbox/policy.h"
 #include "sandbox/seccomp_notify.h"
 #include "sandbox/seccomp_policy.h"
 #include "sandbox/util/errno_status.h"
@@ -296,18 +297,29 @@ class GuardCall {
     return *out ? 0 : errno;
   }
 
-  const ProtectedEntry* Protected(int dir, const std::string& name) const {
+  // The protected path `name` in `dir` would be, quoted, for messages; nullopt if it is not
+  // protected.
+  std::optional<std::string> Protected(int dir, const std::string& name) const {
     struct stat st;
-    if (::fstat(dir, &st) != 0) return nullptr;
+    if (::fstat(dir, &st) != 0) return std::nullopt;
     for (const ProtectedEntry& e : options_.protected_entries) {
-      if (e.dev == st.st_dev && e.ino == st.st_ino && e.name == name) return &e;
+      if (e.dev == st.st_dev && e.ino == st.st_ino && e.name == name) {
+        return absl::StrCat("\"", e.path, "\"");
+      }
     }
-    return nullptr;
+    for (const ProtectedGlob& g : options_.protected_globs) {
+      bool here = g.any_directory
+                      ? std::find(g.devs.begin(), g.devs.end(), st.st_dev) != g.devs.end()
+                      : g.dev == st.st_dev && g.ino == st.st_ino;
+      if (here && GlobMatches(g.glob, name)) {
+        return absl::StrCat("\"", name, "\" (it matches the denyWrite pattern \"", g.text, "\")");
+      }
+    }
+    return std::nullopt;
   }
 
   int Refuse(int dir, const std::string& name) {
-    const ProtectedEntry* entry = Protected(dir, name);
-    refused_ = entry != nullptr ? entry->path : name;
+    refused_ = Protected(dir, name).value_or(absl::StrCat("\"", name, "\""));
     return kRefused;
   }
 
@@ -516,8 +528,8 @@ void CreationGuard::Serve() {
     absl::MutexLock lock(&mu_);
     ++handled_;
     if (work.refused_) {
-      std::string detail = absl::StrCat("refused to create protected path \"", *work.refused_,
-                                        "\" (read-only in the sandbox)");
+      std::string detail = absl::StrCat("refused to create protected path ", *work.refused_,
+                                        " (read-only in the sandbox)");
       if (std::none_of(violations_.begin(), violations_.end(),
                        [&](const Violation& v) { return v.detail == detail; })) {
         violations_.push_back(Violation{"filesystem", std::move(detail)});

@@ -63,6 +63,7 @@ class CreationGuard {
     UniqueFd listener;       // a duplicate of the sandbox's seccomp listener, to answer on
     pid_t sandbox_pid = -1;  // a process of the sandbox (its init): names resolve in its root
     std::vector<ProtectedEntry> protected_entries;
+    std::vector<ProtectedGlob> protected_globs;
     Arch arch = NativeArch();
   };
 

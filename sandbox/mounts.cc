@@ -20,6 +20,7 @@
 #include "sandbox/child_failure.h"
 #include "sandbox/idmap.h"
 #include "sandbox/util/errno_status.h"
+#include "sandbox/util/paths.h"
 #include "sandbox/util/status_macros.h"
 
 namespace moat::sandbox {
@@ -322,6 +323,14 @@ class ChildMounter {
   int root_fd_ = -1;
 };
 
+// The options for a read-only bind of a host path: not idmapped, so it stays owned by its
+// host owner (and read-only anyway).
+MountOptions PlainCopy(const MountOptions& options) {
+  MountOptions plain = options;
+  plain.sandbox_ids.reset();
+  return plain;
+}
+
 }  // namespace
 
 const char* MountPlan::Keep(std::string s) { return strings_.emplace_back(std::move(s)).c_str(); }
@@ -404,9 +413,7 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
   int working_fd = -1;
   if (options.working_dir && options.show_working_dir) {
     // Read-only, so not idmapped: the files keep their host owners.
-    MountOptions plain = options;
-    plain.sandbox_ids.reset();
-    ASSIGN_OR_RETURN(working_fd, plan.OpenTree(*options.working_dir, "--cwd", plain));
+    ASSIGN_OR_RETURN(working_fd, plan.OpenTree(*options.working_dir, "--cwd", PlainCopy(options)));
   }
   std::vector<int> writable_fds;
   for (const std::string& path : options.writable_paths) {
@@ -495,21 +502,42 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
     // Only the skeleton itself: the trees bound inside keep their own flags.
     plan.Add({.kind = K::kSetReadOnly, .target = in_new_root(home), .flags = 0});
   }
+  // Overlays whose place is a symlink into /run (systemd-resolved's /etc/resolv.conf ->
+  // ../run/systemd/resolve/stub-resolv.conf): /run is the sandbox's own and empty, so the link
+  // would dangle. After the hidden paths (which are covered with that empty /run), a small
+  // read-only tmpfs on /run holds the link's target, and the file is bound there.
+  std::vector<std::pair<std::string, std::string>> through_run;  // {host file, link target}
   for (const auto& [host_file, inside] : options.file_overlays) {
-    // The sandbox sees the host's file at `inside`; a symlink there (systemd-resolved's
-    // resolv.conf) would point into /run, which the sandbox never sees.
-    // With a profile's root, the file is the one in that tree.
+    // The sandbox sees the host's file at `inside`. With a profile's root, the file is the one
+    // in that tree.
     const std::string seen = options.root_dir == "/" ? inside : options.root_dir + inside;
     struct stat st;
-    if (::lstat(seen.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "\"", seen, "\" is not a regular file on this host (a symlink?); moat binds \"",
-          host_file, "\" over it inside the sandbox. Make it a regular file"));
+    if (::lstat(seen.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      char link[PATH_MAX];
+      ssize_t n = ::readlink(seen.c_str(), link, sizeof(link) - 1);
+      std::string target;
+      if (n > 0) {
+        absl::string_view text(link, n);
+        target = NormalizeAbsolutePath(
+            absl::StartsWith(text, "/")
+                ? std::string(text)
+                : absl::StrCat(inside.substr(0, inside.rfind('/')), "/", text));
+      }
+      if (!absl::StartsWith(target, "/run/")) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "\"", seen, "\" is a symlink to \"", target.empty() ? "?" : target,
+            "\", outside /run; moat binds \"", host_file,
+            "\" over it inside the sandbox. Make it a regular file or a link into /run"));
+      }
+      through_run.emplace_back(host_file, target);
+      continue;
     }
-    // Not idmapped: the file stays owned by the host's root, and read-only.
-    MountOptions plain = options;
-    plain.sandbox_ids.reset();
-    ASSIGN_OR_RETURN(int fd, plan.OpenTree(host_file, inside, plain));
+    if (::lstat(seen.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("\"", seen, "\" is not a regular file on this host; moat binds \"",
+                       host_file, "\" over it inside the sandbox. Make it a regular file"));
+    }
+    ASSIGN_OR_RETURN(int fd, plan.OpenTree(host_file, inside, PlainCopy(options)));
     const char* target = plan.Keep(inside);
     plan.Add(
         {.kind = K::kAttachInRoot, .source = plan.Keep(host_file), .target = target, .fd = fd});
@@ -520,6 +548,28 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
   }
   for (const std::string& path : options.hidden_paths) {
     plan.Add({.kind = K::kHideInRoot, .target = plan.Keep(path), .optional = true});
+  }
+  if (!through_run.empty()) {
+    plan.Add({.kind = K::kTmpfs,
+              .source = "tmpfs",
+              .target = in_new_root("/run"),
+              .data = "size=64k,nr_inodes=64,mode=755",
+              .flags = MS_NOSUID | MS_NODEV | MS_NOEXEC});
+    for (const auto& [host_file, target] : through_run) {
+      for (size_t slash = target.find('/', 5); slash != std::string::npos;
+           slash = target.find('/', slash + 1)) {
+        plan.Add({.kind = K::kMkdir, .target = in_new_root(target.substr(0, slash))});
+      }
+      plan.Add({.kind = K::kTouch, .target = in_new_root(target)});
+    }
+    plan.Add({.kind = K::kSetReadOnly, .target = in_new_root("/run"), .flags = 0});
+    for (const auto& [host_file, target] : through_run) {
+      ASSIGN_OR_RETURN(int fd, plan.OpenTree(host_file, target, PlainCopy(options)));
+      const char* kept = plan.Keep(target);
+      plan.Add(
+          {.kind = K::kAttachInRoot, .source = plan.Keep(host_file), .target = kept, .fd = fd});
+      plan.Add({.kind = K::kReadOnlyInRoot, .target = kept});
+    }
   }
   plan.Add({.kind = K::kPivot,
             .source = options.working_dir ? plan.Keep(*options.working_dir) : "/workspace",

@@ -1,7 +1,12 @@
 #include "sandbox/policy.h"
 
+#include <dirent.h>
+#include <fnmatch.h>
+
 #include <algorithm>
+#include <functional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -335,6 +340,18 @@ absl::Status MergeDenyLists(const PolicyLayer& layer, Policy* policy) {
                      NormalisePaths(layer, "filesystem.denyWrite", *layer.deny_write));
     for (std::string& p : paths) AppendUnique(&policy->deny_write, std::move(p));
   }
+  // Patterns are denials too: unions, from any layer.
+  for (const auto& [list, key, out] :
+       {std::tuple{&layer.deny_read_patterns, "filesystem.denyRead", &policy->deny_read_patterns},
+        std::tuple{&layer.deny_write_patterns, "filesystem.denyWrite",
+                   &policy->deny_write_patterns}}) {
+    if (!*list) continue;
+    for (const std::string& text : **list) {
+      absl::StatusOr<PathPattern> pattern = PathPattern::FromString(text);
+      if (!pattern.ok()) return KeyError(layer, key, pattern.status().message());
+      AppendUnique(out, pattern->ToString());
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -358,7 +375,8 @@ bool LayerIsEmpty(const PolicyLayer& l) {
   return !l.memory_bytes && !l.pids && !l.tmpfs_bytes && !l.cpus && !l.cpu_timeout &&
          !l.wall_timeout && !l.allowed_domains && !l.denied_domains && !l.allowed_cidrs &&
          !l.dns_servers && !l.max_request_body_bytes && !l.requests_per_minute && !l.transparent &&
-         !l.deny_read && !l.allow_write && !l.deny_write && !l.hide_home && l.env.empty();
+         !l.deny_read && !l.allow_write && !l.deny_write && !l.deny_read_patterns &&
+         !l.deny_write_patterns && !l.hide_home && l.env.empty();
 }
 
 std::string JoinPath(absl::string_view base, absl::string_view relative) {
@@ -367,23 +385,70 @@ std::string JoinPath(absl::string_view base, absl::string_view relative) {
 
 }  // namespace
 
-std::string NormalizeAbsolutePath(absl::string_view path) {
-  std::vector<absl::string_view> parts;
-  for (absl::string_view part : absl::StrSplit(path, '/')) {
-    if (part.empty() || part == ".") continue;
-    if (part == "..") {
-      if (!parts.empty()) parts.pop_back();  // ".." at "/" stays at "/", as the kernel does
-      continue;
-    }
-    parts.push_back(part);
-  }
-  return absl::StrCat("/", absl::StrJoin(parts, "/"));
+bool IsPathPattern(absl::string_view raw) { return raw.find_first_of("*?[") != raw.npos; }
+
+bool GlobMatches(absl::string_view glob, absl::string_view name) {
+  return ::fnmatch(std::string(glob).c_str(), std::string(name).c_str(), FNM_PERIOD) == 0;
 }
 
-bool IsPathUnder(absl::string_view path, absl::string_view root) {
-  if (root == "/") return absl::StartsWith(path, "/");
-  return path == root ||
-         (absl::StartsWith(path, root) && path.size() > root.size() && path[root.size()] == '/');
+std::string PathPattern::ToString() const {
+  return absl::StrCat(dir == "/" ? "" : dir, recursive ? "/**/" : "/", glob);
+}
+
+absl::StatusOr<PathPattern> PathPattern::FromString(absl::string_view text) {
+  size_t slash = text.rfind('/');
+  if (slash == absl::string_view::npos || !absl::StartsWith(text, "/")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pattern ", QuoteForMessage(text), " is not absolute; resolve it first"));
+  }
+  PathPattern p;
+  p.glob = std::string(text.substr(slash + 1));
+  absl::string_view dir = text.substr(0, slash);
+  if (dir == "/**" || absl::EndsWith(dir, "/**")) {
+    p.recursive = true;
+    dir.remove_suffix(3);
+  }
+  p.dir = dir.empty() ? "/" : std::string(dir);
+  if (p.glob.empty() || IsPathPattern(p.dir) || p.dir != NormalizeAbsolutePath(p.dir)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pattern ", QuoteForMessage(text), " is not a normalised pattern"));
+  }
+  return p;
+}
+
+absl::StatusOr<PathPattern> ResolvePathPattern(absl::string_view raw, const PathContext& paths) {
+  auto invalid = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid pattern ", QuoteForMessage(raw), ": ", why));
+  };
+  for (char ch : raw) {
+    unsigned char c = static_cast<unsigned char>(ch);
+    if (c == 0 || c < 0x20 || c == 0x7f) return invalid("contains a NUL or control byte");
+  }
+  PathPattern p;
+  size_t slash = raw.rfind('/');
+  if (slash == absl::string_view::npos) {
+    // "*.pem": files of that name anywhere below the project.
+    if (!absl::StartsWith(paths.cwd, "/")) {
+      return invalid("a pattern without a directory needs the project directory");
+    }
+    p.dir = NormalizeAbsolutePath(paths.cwd);
+    p.recursive = true;
+    p.glob = std::string(raw);
+  } else {
+    absl::string_view dir = raw.substr(0, slash);
+    p.glob = std::string(raw.substr(slash + 1));
+    if (IsPathPattern(dir)) {
+      return invalid(
+          "only the last component may be a pattern (write \"*.pem\" for any depth below the "
+          "project, or \"DIR/*.pem\" for one directory)");
+    }
+    ASSIGN_OR_RETURN(p.dir, ResolvePolicyPath(dir.empty() ? "/" : dir, paths));
+  }
+  if (p.glob.empty() || p.glob == "**" || p.glob == "." || p.glob == "..") {
+    return invalid("the last component must be a file name pattern, e.g. \"*.pem\"");
+  }
+  return p;
 }
 
 absl::StatusOr<std::string> ResolvePolicyPath(absl::string_view raw, const PathContext& paths) {
@@ -398,8 +463,8 @@ absl::StatusOr<std::string> ResolvePolicyPath(absl::string_view raw, const PathC
     if (c < 0x20 || c == 0x7f) return invalid("contains a control byte");
     if (c == '*' || c == '?' || c == '[') {
       return invalid(
-          "glob patterns are not supported (moat protects exact paths, and a pattern would "
-          "protect nothing); list each path");
+          "glob patterns are only for filesystem.denyRead and filesystem.denyWrite; list each "
+          "path here");
     }
   }
   std::string absolute;
@@ -582,6 +647,66 @@ std::vector<std::string> MandatoryDenyWrite(const Policy& policy, const PathCont
 
 namespace {
 
+// What a pattern matches now: names in its directory, or at any depth below it (not following
+// symlinks, not descending into what matched). Fails, rather than protect part of it, when the
+// tree is too large to walk before a run.
+absl::Status MatchPattern(const PathPattern& pattern, std::vector<std::string>* out) {
+  constexpr size_t kMaxEntries = 50000;
+  constexpr int kMaxDepth = 32;
+  size_t seen = 0;
+  std::function<absl::Status(const std::string&, int)> walk = [&](const std::string& dir,
+                                                                  int depth) -> absl::Status {
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) return absl::OkStatus();  // missing or unreadable: nothing there to match
+    std::vector<std::string> subdirs;
+    while (struct dirent* e = ::readdir(d)) {
+      absl::string_view name = e->d_name;
+      if (name == "." || name == "..") continue;
+      if (++seen > kMaxEntries) {
+        ::closedir(d);
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "pattern ", QuoteForMessage(pattern.ToString()), ": more than ", kMaxEntries,
+            " entries below ", QuoteForMessage(pattern.dir),
+            " to look through; name a narrower directory (\"DIR/", pattern.glob, "\")"));
+      }
+      std::string path = dir == "/" ? absl::StrCat("/", name) : absl::StrCat(dir, "/", name);
+      if (GlobMatches(pattern.glob, name)) {
+        out->push_back(path);
+      } else if (pattern.recursive && depth < kMaxDepth && e->d_type == DT_DIR) {
+        subdirs.push_back(std::move(path));
+      }
+    }
+    ::closedir(d);
+    for (const std::string& sub : subdirs) RETURN_IF_ERROR(walk(sub, depth + 1));
+    return absl::OkStatus();
+  };
+  return walk(pattern.dir, 0);
+}
+
+// Adds what the patterns match now to the deny lists, and says in `notes` what they mean for
+// files made later.
+absl::Status ExpandPatterns(Policy* policy) {
+  for (bool write : {false, true}) {
+    for (const std::string& text :
+         write ? policy->deny_write_patterns : policy->deny_read_patterns) {
+      ASSIGN_OR_RETURN(PathPattern pattern, PathPattern::FromString(text));
+      std::vector<std::string> matches;
+      RETURN_IF_ERROR(MatchPattern(pattern, &matches));
+      for (std::string& m : matches) {
+        AppendUnique(write ? &policy->deny_write : &policy->deny_read, std::move(m));
+      }
+      policy->notes.push_back(
+          write ? absl::StrCat("denyWrite pattern ", QuoteForMessage(text), ": ", matches.size(),
+                               " path(s) matched at start and are read-only; new files matching "
+                               "it are refused in writable host directories")
+                : absl::StrCat("denyRead pattern ", QuoteForMessage(text), ": ", matches.size(),
+                               " path(s) matched at start and are hidden; files the sandbox "
+                               "creates later are its own and are not hidden"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Records, for each value that `after` holds differently from `before`, that `source` set it.
 void NoteOrigins(const Policy& before, const Policy& after, absl::string_view source,
                  PolicyOrigins* origins) {
@@ -619,6 +744,8 @@ void NoteOrigins(const Policy& before, const Policy& after, absl::string_view so
   list("filesystem.denyRead", before.deny_read, after.deny_read);
   list("filesystem.allowWrite", before.allow_write, after.allow_write);
   list("filesystem.denyWrite", before.deny_write, after.deny_write);
+  list("filesystem.denyReadPatterns", before.deny_read_patterns, after.deny_read_patterns);
+  list("filesystem.denyWritePatterns", before.deny_write_patterns, after.deny_write_patterns);
   std::map<std::string, std::string>& env = origins->elements["env"];
   for (const auto& [name, v] : after.env) {
     auto old = std::find_if(before.env.begin(), before.env.end(),
@@ -680,6 +807,7 @@ absl::StatusOr<Policy> ResolvePolicy(const PolicySources& sources, PolicyOrigins
     if (flags.source.empty()) flags.source = "command line";
     RETURN_IF_ERROR(apply(flags, LayerTrust::kTrusted));
   }
+  RETURN_IF_ERROR(ExpandPatterns(&policy));
   Policy before = origins != nullptr ? policy : Policy();
   for (std::string& path : MandatoryDenyWrite(policy, paths)) {
     policy.deny_write.push_back(std::move(path));

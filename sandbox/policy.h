@@ -23,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "sandbox/util/paths.h"
 
 namespace moat::sandbox {
 
@@ -55,6 +56,12 @@ struct Policy {
   std::vector<std::string> deny_read;  // absolute, lexically normalised host paths
   std::vector<std::string> allow_write;
   std::vector<std::string> deny_write;  // stay read-only even under allow_write
+  // Glob patterns of denyRead/denyWrite (PathPattern texts). ResolvePolicy adds what they match
+  // at start to deny_read/deny_write; new files matching a denyWrite pattern are refused by the
+  // creation guard in writable host directories. `notes` says so, per pattern, for the result.
+  std::vector<std::string> deny_read_patterns;
+  std::vector<std::string> deny_write_patterns;
+  std::vector<std::string> notes;
   bool hide_home = true;
   std::vector<std::pair<std::string, std::string>> env;  // in order; later layers override names
   std::vector<std::string> sources;                      // layers that contributed, in layer order
@@ -77,6 +84,7 @@ struct PolicyLayer {
   std::optional<uint64_t> max_request_body_bytes, requests_per_minute;
   std::optional<bool> transparent;
   std::optional<std::vector<std::string>> deny_read, allow_write, deny_write;
+  std::optional<std::vector<std::string>> deny_read_patterns, deny_write_patterns;
   std::optional<bool> hide_home;
   std::vector<std::pair<std::string, std::string>> env;
 };
@@ -135,16 +143,29 @@ std::vector<std::string> ProjectPolicyPaths(const PathContext& paths);
 
 // Resolves a path as written in a policy: "~" and "~/..." against paths.home, relative paths
 // against paths.cwd, then lexical normalisation ("a/./b/../c/" -> "a/c"; ".." stops at "/").
-// Refuses empty paths, NUL and control bytes, "~user", and glob characters ("*", "?", "[") since
-// moat binds exact paths and a pattern would silently protect nothing.
+// Refuses empty paths, NUL and control bytes, "~user", and glob characters ("*", "?", "["): only
+// denyRead and denyWrite take patterns (ResolvePathPattern), expanded before moat binds paths.
 absl::StatusOr<std::string> ResolvePolicyPath(absl::string_view raw, const PathContext& paths);
 
-// Lexical normalisation of an absolute path; no filesystem access.
-std::string NormalizeAbsolutePath(absl::string_view path);
+// A glob in filesystem.denyRead/denyWrite (Pi's defaults have `*.pem`, `*.key`, `.env.*`).
+// Without a "/" it names files at any depth below the project directory ("<cwd>/**/*.pem");
+// with one, the directory part is a literal path ("~/certs/*.pem") and only its last component
+// may hold `*`, `?` or `[...]` (fnmatch, a leading dot matched only by a dot).
+struct PathPattern {
+  std::string dir;   // absolute, normalised
+  std::string glob;  // one path component
+  bool recursive = false;
+  std::string ToString() const;  // "<dir>/**/<glob>" or "<dir>/<glob>"
+  static absl::StatusOr<PathPattern> FromString(absl::string_view text);
+};
+bool IsPathPattern(absl::string_view raw);
+absl::StatusOr<PathPattern> ResolvePathPattern(absl::string_view raw, const PathContext& paths);
+// Whether a file name matches one component glob.
+bool GlobMatches(absl::string_view glob, absl::string_view name);
 
-// Whether `path` is `root` or inside it (both absolute and normalised): "/a/b" is under "/a",
-// "/ab" is not.
-bool IsPathUnder(absl::string_view path, absl::string_view root);
+// NormalizeAbsolutePath and IsPathUnder: sandbox/util/paths.h (in namespace moat).
+using ::moat::IsPathUnder;
+using ::moat::NormalizeAbsolutePath;
 
 // Paths that stay read-only under any allowed write root because writing them lets sandboxed code
 // run outside the sandbox later or widen the next run (the list: protected_paths.h). Relative

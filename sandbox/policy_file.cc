@@ -472,11 +472,11 @@ class Walker {
     for (const auto& [key, value] : section.items()) {
       std::string child = ChildPath(path, key);
       if (key == "denyRead") {
-        RETURN_IF_ERROR(PathList(child, value, &layer_->deny_read));
+        RETURN_IF_ERROR(PathList(child, value, &layer_->deny_read, &layer_->deny_read_patterns));
       } else if (key == "allowWrite") {
         RETURN_IF_ERROR(PathList(child, value, &layer_->allow_write));
       } else if (key == "denyWrite") {
-        RETURN_IF_ERROR(PathList(child, value, &layer_->deny_write));
+        RETURN_IF_ERROR(PathList(child, value, &layer_->deny_write, &layer_->deny_write_patterns));
       } else if (key == "hideHome") {
         ASSIGN_OR_RETURN(layer_->hide_home, Bool(child, value));
       } else {
@@ -573,16 +573,25 @@ class Walker {
     return out;
   }
 
+  // A list of paths; with `patterns`, entries with glob characters go there (PathPattern).
   absl::Status PathList(const std::string& path, const Json& value,
-                        std::optional<std::vector<std::string>>* out) {
+                        std::optional<std::vector<std::string>>* out,
+                        std::optional<std::vector<std::string>>* patterns = nullptr) {
     ASSIGN_OR_RETURN(std::vector<std::string> texts, Strings(path, value));
-    std::vector<std::string> resolved;
+    std::vector<std::string> resolved, globs;
     for (size_t i = 0; i < texts.size(); ++i) {
+      if (patterns != nullptr && IsPathPattern(texts[i])) {
+        absl::StatusOr<PathPattern> p = ResolvePathPattern(texts[i], paths_);
+        if (!p.ok()) return Fail(ItemPath(path, i), p.status().message());
+        globs.push_back(p->ToString());
+        continue;
+      }
       absl::StatusOr<std::string> p = ResolvePolicyPath(texts[i], paths_);
       if (!p.ok()) return Fail(ItemPath(path, i), p.status().message());
       resolved.push_back(*std::move(p));
     }
     *out = std::move(resolved);
+    if (patterns != nullptr && !globs.empty()) *patterns = std::move(globs);
     return absl::OkStatus();
   }
 

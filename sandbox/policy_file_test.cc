@@ -300,10 +300,12 @@ TEST(ParsePolicyTextTest, RejectsBadPaths) {
     absl::string_view message;
   } cases[] = {
       {"filesystem: {denyRead: [\"\"]}", R"({"filesystem": {"denyRead": [""]}})", "empty"},
-      {"filesystem: {denyWrite: [\"*.pem\"]}", R"({"filesystem": {"denyWrite": ["*.pem"]}})",
-       "glob patterns are not supported"},
-      {"filesystem: {denyWrite: [\".env.?\"]}", R"({"filesystem": {"denyWrite": [".env.?"]}})",
-       "glob patterns"},
+      {"filesystem: {allowWrite: [\"*.py\"]}", R"({"filesystem": {"allowWrite": ["*.py"]}})",
+       "glob patterns are only for filesystem.denyRead and filesystem.denyWrite"},
+      {"filesystem: {denyWrite: [\"src/*/x.pem\"]}",
+       R"({"filesystem": {"denyWrite": ["src/*/x.pem"]}})", "only the last component"},
+      {"filesystem: {denyWrite: [\"certs/**\"]}", R"({"filesystem": {"denyWrite": ["certs/**"]}})",
+       "file name pattern"},
       {"filesystem: {allowWrite: [\"~root/x\"]}", R"({"filesystem": {"allowWrite": ["~root/x"]}})",
        "\"~user\" is not supported"},
       {"filesystem: {denyRead: [\"a\\x01b\"]}", R"({"filesystem": {"denyRead": ["a\u0001b"]}})",
@@ -643,6 +645,20 @@ TEST_F(PolicyFileOnDiskTest, OversizedFilesAreRefused) {
   absl::StatusOr<PolicyLayer> layer = ParsePolicyFile(path, PathContext{});
   ASSERT_FALSE(layer.ok());
   EXPECT_THAT(Message(layer.status()), HasSubstr("larger than"));
+}
+
+// Pi's default denyWrite globs: without a directory they mean any depth below the project; with
+// one, that directory only. Exact paths stay exact.
+TEST(ParsePolicyTextTest, DenyGlobsArePatterns) {
+  absl::StatusOr<PolicyLayer> layer = Json(R"({"filesystem": {
+      "denyWrite": ["*.pem", ".env.*", "~/certs/*.key", "/etc/ssl/x.crt"],
+      "denyRead": ["secrets/*"]}})");
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  EXPECT_THAT(*layer->deny_write_patterns,
+              ElementsAre("/repo/**/*.pem", "/repo/**/.env.*", "/home/u/certs/*.key"));
+  EXPECT_THAT(*layer->deny_write, ElementsAre("/etc/ssl/x.crt"));
+  EXPECT_THAT(*layer->deny_read_patterns, ElementsAre("/repo/secrets/*"));
+  EXPECT_THAT(*layer->deny_read, ::testing::IsEmpty());
 }
 
 }  // namespace

@@ -770,5 +770,28 @@ TEST_F(ResolvePolicyTest, ProtectsTheProjectInsideAWiderWritableRoot) {
   }
 }
 
+// What a pattern matches when the policy is resolved is denied by path; the notes say how files
+// made later are treated. A project layer may add patterns (they only tighten).
+TEST_F(ResolvePolicyTest, DenyPatternsAreExpandedAtStartAndExplained) {
+  Write(cwd_ + "/certs/server.pem", "k");
+  Write(cwd_ + "/deep/a/b/c/client.pem", "k");
+  Write(cwd_ + "/.env.local", "e");
+  Write(cwd_ + "/.hidden.pem", "dot files need a pattern that starts with a dot");
+  Write(cwd_ + "/notes.txt", "n");
+  Write(PiFile(), R"({"filesystem": {"denyWrite": ["*.pem", ".env.*"], "denyRead": ["./*.txt"]}})");
+  absl::StatusOr<Policy> policy = ResolvePolicy(sources_);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_THAT(policy->deny_write, Contains(cwd_ + "/certs/server.pem"));
+  EXPECT_THAT(policy->deny_write, Contains(cwd_ + "/deep/a/b/c/client.pem"));
+  EXPECT_THAT(policy->deny_write, Contains(cwd_ + "/.env.local"));
+  EXPECT_THAT(policy->deny_write, Not(Contains(cwd_ + "/.hidden.pem")));
+  EXPECT_THAT(policy->deny_read, Contains(cwd_ + "/notes.txt"));
+  EXPECT_THAT(policy->deny_write_patterns, ElementsAre(cwd_ + "/**/*.pem", cwd_ + "/**/.env.*"));
+  ASSERT_EQ(policy->notes.size(), 3u);
+  EXPECT_THAT(policy->notes[0], HasSubstr("1 path(s) matched at start and are hidden"));
+  EXPECT_THAT(policy->notes[1], HasSubstr("2 path(s) matched"));
+  EXPECT_THAT(policy->notes[1], HasSubstr("new files matching it are refused"));
+}
+
 }  // namespace
 }  // namespace moat::sandbox

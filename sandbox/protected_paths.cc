@@ -62,6 +62,33 @@ std::vector<ProtectedName> CreationProtection(const std::vector<std::string>& re
   return out;
 }
 
+std::vector<ProtectedGlob> IdentifyProtectedGlobs(const std::vector<std::string>& patterns,
+                                                  const std::vector<std::string>& writable_roots) {
+  std::vector<dev_t> devs;
+  for (const std::string& root : writable_roots) {
+    struct stat st;
+    if (::stat(root.c_str(), &st) == 0 &&
+        std::find(devs.begin(), devs.end(), st.st_dev) == devs.end()) {
+      devs.push_back(st.st_dev);
+    }
+  }
+  std::vector<ProtectedGlob> out;
+  if (devs.empty()) return out;  // nothing writable: nothing can be made
+  for (const std::string& text : patterns) {
+    absl::StatusOr<PathPattern> pattern = PathPattern::FromString(text);
+    if (!pattern.ok()) continue;  // ResolvePolicy checked them; nothing else makes them
+    ProtectedGlob g{pattern->glob, pattern->recursive, 0, 0, devs, text};
+    if (!pattern->recursive) {
+      struct stat st;
+      if (::lstat(pattern->dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+      g.dev = st.st_dev;
+      g.ino = st.st_ino;
+    }
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
 std::vector<ProtectedEntry> IdentifyProtected(const std::vector<ProtectedName>& names) {
   std::vector<ProtectedEntry> out;
   for (const ProtectedName& n : names) {

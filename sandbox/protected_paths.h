@@ -55,6 +55,22 @@ struct ProtectedEntry {
   std::string path;  // the protected path on the host, for messages
 };
 
+// A name pattern (a denyWrite glob) that may not be created: in the directory (dev, ino), or, for
+// a pattern of any depth, in any directory on one of `devs` (the writable host directories').
+struct ProtectedGlob {
+  std::string glob;
+  bool any_directory = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::vector<dev_t> devs;
+  std::string text;  // the pattern, for messages
+};
+
+// The globs of `patterns` (PathPattern texts) as the guard checks them: a one-directory pattern
+// whose directory is missing protects nothing (nothing can be made in it).
+std::vector<ProtectedGlob> IdentifyProtectedGlobs(const std::vector<std::string>& patterns,
+                                                  const std::vector<std::string>& writable_roots);
+
 // Stats each pair's directory (without following a final symlink); pairs whose directory is
 // gone or not a directory are dropped, since nothing can be created in them.
 std::vector<ProtectedEntry> IdentifyProtected(const std::vector<ProtectedName>& names);

@@ -36,6 +36,7 @@ nlohmann::json ToJson(const RunResult& r) {
   }
   j["violations"] = std::move(violations);
   if (r.violations_dropped > 0) j["violations_dropped"] = r.violations_dropped;
+  if (!r.notes.empty()) j["notes"] = r.notes;
   return j;
 }
 

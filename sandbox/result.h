@@ -31,6 +31,9 @@ struct RunResult {
   uint64_t peak_memory_bytes = 0;
   std::vector<Violation> violations;
   uint64_t violations_dropped = 0;  // beyond the recorded maximum
+  // What the policy means that a reader of the result should know (e.g. how a denyWrite glob
+  // treats files made during the run). In the JSON only when there are any.
+  std::vector<std::string> notes;
 };
 
 nlohmann::json ToJson(const RunResult& result);

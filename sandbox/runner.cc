@@ -37,9 +37,14 @@ std::function<void()> CleanupAfter(CgroupLayout layout) {
 // The (directory, name) pairs the creation guard refuses: each read-only path under a writable
 // host directory, as the host names it (a --workspace directory's paths are named under
 // /workspace inside).
-std::vector<ProtectedEntry> ProtectedEntriesFor(const MountOptions& mounts) {
+std::vector<std::string> WritableRoots(const MountOptions& mounts) {
   std::vector<std::string> roots = mounts.writable_paths;
   if (mounts.workspace_dir) roots.push_back(*mounts.workspace_dir);
+  return roots;
+}
+
+std::vector<ProtectedEntry> ProtectedEntriesFor(const MountOptions& mounts) {
+  std::vector<std::string> roots = WritableRoots(mounts);
   if (roots.empty()) return {};
   std::vector<std::string> readonly;
   for (const std::string& path : mounts.readonly_paths) {
@@ -132,7 +137,10 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   // Read-only paths that do not exist yet have nothing to bind over: the creation guard keeps
   // the sandbox from making them (creation_guard.h), under any writable host directory.
   std::vector<ProtectedEntry> protected_entries = ProtectedEntriesFor(request.mounts);
-  ASSIGN_OR_RETURN(const SeccompProgram* seccomp, Seccomp(!protected_entries.empty()));
+  std::vector<ProtectedGlob> protected_globs =
+      IdentifyProtectedGlobs(request.deny_write_patterns, WritableRoots(request.mounts));
+  ASSIGN_OR_RETURN(const SeccompProgram* seccomp,
+                   Seccomp(!protected_entries.empty() || !protected_globs.empty()));
   const absl::Time seccomp_ready = absl::Now();
   MountOptions mount_options = request.mounts;
   mount_options.sandbox_ids = std::make_pair(ids_.host_uid, ids_.host_gid);
@@ -221,6 +229,7 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
     }
     guard_options.sandbox_pid = proc.pid;
     guard_options.protected_entries = std::move(protected_entries);
+    guard_options.protected_globs = std::move(protected_globs);
     guard_options.arch = seccomp->arch();
     absl::StatusOr<std::unique_ptr<CreationGuard>> started =
         CreationGuard::Start(std::move(guard_options));
@@ -250,6 +259,7 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
       result->violations.insert(result->violations.end(), denials.begin(), denials.end());
     }
   }
+  if (result.ok()) result->notes = request.notes;
   if (guard) {
     std::vector<Violation> refused = guard->Stop();
     if (result.ok()) {

@@ -39,6 +39,10 @@ struct RunRequest {
   int stdin_fd = -1;         // copied into the command's stdin; -1: /dev/null
   bool trace = false;        // print the setup timeline to stderr
   int cancel_fd = -1;        // readable = kill the sandbox and return
+  // Name patterns (PathPattern texts) that may not be created in writable host directories: the
+  // policy's denyWrite globs. Copied into the result's notes: `notes`.
+  std::vector<std::string> deny_write_patterns;
+  std::vector<std::string> notes;
   // Network through the egress proxy (its sandbox_id is filled in by Run); none when unset.
   std::optional<egress::EgressOptions> egress;
 };

@@ -156,5 +156,38 @@ TEST_F(ProjectConfigTest, RewritingThePathDuringTheCheckGetsNowhere) {
   ExpectAbsent(".envrc");
 }
 
+// Pi's configuration as a Pi user has it: the global file (a trusted --user-policy layer) makes
+// the project writable and denies writing keys and env files by glob; the project's own
+// .pi/sandbox.json repeats allowWrite ["."], which is no widening above the global file.
+TEST_F(ProjectConfigTest, PisDefaultConfigurationIsAcceptedAndEnforced) {
+  MakeDirs(project_ + "/.pi");
+  WriteFile(project_ + "/.pi/sandbox.json", R"({"filesystem": {"allowWrite": ["."]}})");
+  MakeDirs(project_ + "/certs");
+  WriteFile(project_ + "/certs/server.pem", "original key\n");
+  WriteFile(project_ + "/.env.local", "TOKEN=1\n");
+  for (const std::string& p :
+       {project_ + "/certs", project_ + "/certs/server.pem", project_ + "/.env.local"}) {
+    ASSERT_EQ(::chown(p.c_str(), 65534, 65534), 0) << p;
+  }
+  const std::string global = dir().Path("pi-global-sandbox.json");
+  WriteFile(global, R"({"enabled": true,
+    "filesystem": {"allowWrite": ["."], "denyWrite": ["*.pem", "*.key", ".env.*"]}})");
+  nlohmann::json r = RunJson({"--user-policy", global, "--cwd", project_},
+                             Sh("echo evil >> certs/server.pem; echo k > certs/new.key; "
+                                "echo x > .env.prod; echo work > main.py && echo landed"),
+                             options_);
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r["stdout"].get<std::string>(), "landed\n") << Describe(r);
+  EXPECT_EQ(ReadFile(project_ + "/certs/server.pem"), "original key\n");
+  EXPECT_FALSE(PathExists(project_ + "/certs/new.key"));
+  EXPECT_FALSE(PathExists(project_ + "/.env.prod"));
+  EXPECT_EQ(ReadFile(project_ + "/main.py"), "work\n");
+  // The result says what the globs did and what they mean for files made later.
+  ASSERT_TRUE(r["notes"].is_array()) << Describe(r);
+  EXPECT_THAT(r["notes"].dump(), HasSubstr("*.pem"));
+  EXPECT_THAT(r["notes"].dump(), HasSubstr("new files matching it are refused"));
+  EXPECT_TRUE(HasViolation(r, "filesystem", "new.key")) << Describe(r);
+}
+
 }  // namespace
 }  // namespace moat::e2e

@@ -65,6 +65,8 @@ absl::StatusOr<sandbox::RunRequest> BuildRequest(const RunFlags& flags) {
   sandbox::RunRequest request;
   request.argv = flags.command;
   request.env = policy.env;
+  request.deny_write_patterns = policy.deny_write_patterns;
+  request.notes = policy.notes;
   if (working_dir) request.env.emplace_back("PWD", *working_dir);
   request.limits = policy.limits;
   if (!policy.allowed_domains.empty()) {
