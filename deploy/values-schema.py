@@ -46,7 +46,7 @@ def arr(desc, items=None, **kw):
     return {"type": "array", "description": desc, "items": items or {}, **kw}
 
 
-QUANTITY = {"type": ["string", "number"], "pattern": r"^[0-9.]+([eE][0-9]+)?(m|k|Ki|Mi|Gi|Ti|Pi|Ei|M|G|T|P|E)?$"}
+QUANTITY = {"type": ["string", "number"], "description": "a Kubernetes quantity (500m, 1Gi)", "pattern": r"^[0-9.]+([eE][0-9]+)?(m|k|Ki|Mi|Gi|Ti|Pi|Ei|M|G|T|P|E)?$"}
 SIZE = {"type": ["string", "integer"], "pattern": r"^[0-9]+(K|M|G|T|KiB|MiB|GiB|TiB)?$",
         "description": "a size such as 512MiB, 1G or a number of bytes"}
 DURATION = {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$",
@@ -61,7 +61,7 @@ def image(desc):
 
 
 def resources(desc):
-    q = {"type": "object", "additionalProperties": QUANTITY}
+    q = {"type": "object", "additionalProperties": QUANTITY, "description": "cpu, memory, ..."}
     return obj({"requests": q, "limits": q, "claims": arr("Dynamic resource claims")}, desc)
 
 
@@ -114,7 +114,8 @@ SCHEMA = {
             "nodeSelector": free("Node selector"), "tolerations": arr("Tolerations", {"type": "object"}),
             "affinity": free("Affinity"), "priorityClassName": s("PriorityClass"),
             "podDisruptionBudget": obj({"enabled": b("Render a PDB (only with replicas > 1)"),
-                                        "maxUnavailable": {"type": ["integer", "string"]}}, "The PDB"),
+                                        "maxUnavailable": {"type": ["integer", "string"],
+                                                           "description": "Pods down at once"}}, "The PDB"),
             "podSecurityContext": free("The pod's securityContext"),
             "securityContext": free("The container's securityContext"),
         }, "moat-controller", ["image", "replicas", "store"]),
@@ -150,7 +151,8 @@ SCHEMA = {
             "stateHostPath": s("Host directory for the agent's state", pattern=r"^/"),
             "rootfsHostPath": s("Host directory of root filesystems ('' for none)", pattern=r"^(/.*)?$"),
             "cgroupHostPath": s("The host's cgroup mount", pattern=r"^/"),
-            "updateStrategy": obj({"maxUnavailable": {"type": ["integer", "string"]}}, "Rollout"),
+            "updateStrategy": obj({"maxUnavailable": {"type": ["integer", "string"],
+                                                "description": "Nodes whose agent is replaced at once"}}, "Rollout"),
             "terminationGracePeriodSeconds": i("Time to stop", minimum=1),
             "resources": resources("The agent's resources"),
             "podAnnotations": free("Pod annotations"), "podLabels": free("Pod labels"),
@@ -180,8 +182,35 @@ SCHEMA = {
 }
 
 
+def uncovered(values, schema, where=""):
+    """Paths in values.yaml that the schema does not describe."""
+    out = []
+    if not isinstance(values, dict):
+        return out
+    props = schema.get("properties")
+    for key, value in values.items():
+        path = f"{where}.{key}" if where else key
+        if props is None:
+            if schema.get("type") != "object" or schema.get("additionalProperties") is False:
+                out.append(path)
+            continue
+        if key not in props:
+            out.append(path)
+        elif "description" not in props[key] and not props[key].get("properties"):
+            out.append(path + " (no description)")
+        else:
+            out += uncovered(value, props[key], path)
+    return out
+
+
 def main():
     text = json.dumps(SCHEMA, indent=2) + "\n"
+    import yaml
+    values = yaml.safe_load((OUT.parent / "values.yaml").read_text())
+    missing = uncovered(values, SCHEMA)
+    if missing:
+        print("values.schema.json does not cover: " + ", ".join(missing), file=sys.stderr)
+        return 1
     if "--check" in sys.argv[1:]:
         if not OUT.exists() or OUT.read_text() != text:
             print(f"{OUT} is out of date: run deploy/values-schema.py", file=sys.stderr)

@@ -1,0 +1,340 @@
+#!/usr/bin/env python3
+"""The mixin against real components: two real moat-agents, configured by the chart's own
+rendered agent.yaml, doing a little work, scraped by a real Prometheus (Debian `prometheus`)
+that loads the chart's alert and recording rules. Everything listens on 127.0.0.1 only.
+
+Checks:
+  1. `promtool check metrics` is clean on every agent's /metrics;
+  2. every metric a dashboard or rule names that the agent exports is in the live scrape, and
+     every recording rule over agent metrics produces series;
+  3. every dashboard query over agent metrics returns data;
+  4. Prometheus loaded every rule and evaluates each without error.
+Queries over moat_controller_* wait for a running controller: they are listed, not failed.
+
+usage: observability/live-check.py [--bin-dir DIR] [--helm HELM] [--keep DIR]
+  --bin-dir  where moat-agent, moat-init and moat-probe are (default: build/bin)
+  --keep     write the scrape, the query results and the logs there (for docs and debugging)
+Needs root (the agents make namespaces and cgroups).
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "observability"))
+import lint  # noqa: E402
+
+failures = []
+
+
+def fail(what):
+    failures.append(what)
+    print(f"FAIL {what}", flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http(method, url, token=None, body=None, header="Authorization", timeout=30):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)
+    if token:
+        req.add_header(header, f"Bearer {token}" if header == "Authorization" else token)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def chart_agent_config(helm):
+    """The agent.yaml the chart renders (agents alone: the controller is not part of this run)."""
+    out = subprocess.run(
+        [helm, "template", "live", str(ROOT / "charts/moat"), "--show-only",
+         "templates/agent-configmap.yaml", "--set", "agent.joinController=false"],
+        check=True, capture_output=True, text=True).stdout
+    return yaml.safe_load(yaml.safe_load(out)["data"]["agent.yaml"])
+
+
+class Agent:
+    def __init__(self, name, bin_dir, config, work):
+        self.name = name
+        self.dir = work / name
+        self.dir.mkdir(mode=0o700)
+        self.token = secrets.token_hex(32)
+        token_file = self.dir / "token"
+        token_file.write_text(self.token + "\n")
+        token_file.chmod(0o600)
+        self.port = free_port()
+        config = dict(config, listen={"address": "127.0.0.1", "port": self.port},
+                      token_file=str(token_file), state_dir=str(self.dir / "state"))
+        (self.dir / "state").mkdir(mode=0o700)
+        (self.dir / "agent.yaml").write_text(yaml.safe_dump(config))
+        self.log = open(self.dir / "agent.log", "w")
+        self.proc = subprocess.Popen([str(bin_dir / "moat-agent"), "--config",
+                                      str(self.dir / "agent.yaml")],
+                                     stdout=subprocess.DEVNULL, stderr=self.log)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def wait_healthy(self):
+        for _ in range(200):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited at start: " +
+                                   (self.dir / "agent.log").read_text()[-2000:])
+            try:
+                if http("GET", self.url + "/health", self.token, timeout=2)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.name} did not become healthy")
+
+    def create(self, body):
+        code, text = http("POST", self.url + "/v1/sandboxes", self.token, body)
+        if code not in (200, 201):
+            raise RuntimeError(f"{self.name}: create {body} answered {code}: {text}")
+        d = json.loads(text)
+        return d["id"], d["token"]
+
+    def run(self, sandbox, command):
+        sid, token = sandbox
+        code, text = http("POST", f"{self.url}/v1/sandboxes/{sid}/execd/command", token,
+                          {"command": command}, header="X-EXECD-ACCESS-TOKEN", timeout=60)
+        if code != 200:
+            raise RuntimeError(f"{self.name}: command answered {code}: {text}")
+        return text
+
+    def delete(self, sandbox):
+        http("DELETE", f"{self.url}/v1/sandboxes/{sandbox[0]}", self.token)
+
+    def metrics(self):
+        return http("GET", self.url + "/metrics", self.token)[1]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def work(agent):
+    """A little of everything the dashboards show: warm and cold starts, commands, forbidden
+    syscalls, denied egress, deletes (recycling)."""
+    boxes = [agent.create({"profile": "default"}) for _ in range(3)]
+    boxes.append(agent.create({"profile": "default", "limits": {"memory_bytes": 128 << 20}}))
+    for b in boxes:
+        out = agent.run(b, "echo live-check-$((6*7))")
+        if "live-check-42" not in out:
+            fail(f"{agent.name}: a command's output lacks live-check-42: {out[:300]}")
+    agent.run(boxes[0], "unshare -U true; mount -t tmpfs x /tmp; true")
+    egress = agent.create({"profile": "default",
+                           "policy": {"network": {"allowedDomains": ["allowed.invalid"]}}})
+    agent.run(egress, "curl -s -m 5 -o /dev/null http://denied.invalid/ || true")
+    boxes.append(egress)
+    for b in boxes[:-1]:
+        agent.delete(b)
+    return boxes[-1:]
+
+
+def prometheus(work_dir, agents, port):
+    rules = [str(p) for p in lint.RULE_FILES]
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s",
+                   "external_labels": {"cluster": "live"}},
+        "rule_files": rules,
+        "scrape_configs": [{
+            "job_name": "moat-agent",
+            "authorization": {"credentials_file": str(a.dir / "token")},
+            "static_configs": [{"targets": [f"127.0.0.1:{a.port}"],
+                                "labels": {"node": a.name}}],
+        } for a in agents],
+    }
+    # One job name, one scrape config per agent (each has its own token): Prometheus wants job
+    # names unique, so name them apart and relabel job back to moat-agent.
+    for i, sc in enumerate(config["scrape_configs"]):
+        sc["job_name"] = f"moat-agent-{i}"
+        sc["relabel_configs"] = [{"target_label": "job", "replacement": "moat-agent"}]
+    # Recording rules evaluate every 30s in the chart; here every second, so a short run sees them.
+    fast_rules = []
+    for path in lint.RULE_FILES:
+        doc = yaml.safe_load(path.read_text())
+        for g in doc["groups"]:
+            g["interval"] = "1s"
+        out = work_dir / path.name
+        out.write_text(yaml.safe_dump(doc))
+        fast_rules.append(str(out))
+    config["rule_files"] = fast_rules
+    (work_dir / "prometheus.yml").write_text(yaml.safe_dump(config))
+    subprocess.run(["promtool", "check", "config", str(work_dir / "prometheus.yml")], check=True,
+                   capture_output=True)
+    log = open(work_dir / "prometheus.log", "w")
+    proc = subprocess.Popen(["prometheus", f"--config.file={work_dir / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={work_dir / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=log, stderr=log)
+    return proc, log
+
+
+def query(port, expr):
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    code, text = http("GET", url)
+    d = json.loads(text)
+    if d.get("status") != "success":
+        raise RuntimeError(f"query {expr} failed: {text[:300]}")
+    return d["data"]["result"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin-dir", default=str(ROOT / "build/bin"))
+    ap.add_argument("--helm", default=str(ROOT / "build/deploy-tools/bin/helm"))
+    ap.add_argument("--keep", default="")
+    args = ap.parse_args()
+    bin_dir = pathlib.Path(args.bin_dir)
+    for b in ("moat-agent", "moat-init", "moat-probe"):
+        if not (bin_dir / b).is_file():
+            print(f"live-check: {bin_dir / b} is missing; build it (cmake --build build --target "
+                  "moat-agent moat-init moat-probe) or pass --bin-dir", file=sys.stderr)
+            return 2
+    for tool in ("prometheus", "promtool"):
+        if not shutil.which(tool):
+            print(f"live-check: {tool} is missing; run scripts/install-deps.sh", file=sys.stderr)
+            return 2
+    if os.geteuid() != 0:
+        print("live-check: needs root (the agents make namespaces and cgroups)", file=sys.stderr)
+        return 2
+
+    work_dir = pathlib.Path(tempfile.mkdtemp(prefix="moat-live-check-", dir="/var/tmp"))
+    config = chart_agent_config(args.helm)
+    agents, prom, prom_log = [], None, None
+    prom_port = free_port()
+    try:
+        agents = [Agent(f"node-{i}", bin_dir, config, work_dir) for i in (1, 2)]
+        for a in agents:
+            a.wait_healthy()
+        print(f"ok   two agents run the chart's agent.yaml ({', '.join(a.url for a in agents)})")
+        prom, prom_log = prometheus(work_dir, agents, prom_port)
+        live = [work(a) for a in agents]
+        print("ok   the agents did work: warm and cold starts, commands, violations, egress, "
+              "deletes")
+
+        # 1. promtool check metrics on each agent's /metrics.
+        for a in agents:
+            text = a.metrics()
+            r = subprocess.run(["promtool", "check", "metrics"], input=text, text=True,
+                               capture_output=True)
+            if r.returncode != 0 or r.stdout.strip() or r.stderr.strip():
+                fail(f"promtool check metrics on {a.name}: {(r.stdout + r.stderr).strip()}")
+            else:
+                print(f"ok   promtool check metrics is clean on {a.name}'s /metrics")
+
+        # Wait until both targets are up and a rate window (30s) holds samples.
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            try:
+                if len(query(prom_port, 'up{job="moat-agent"} == 1')) == len(agents):
+                    break
+            except (OSError, RuntimeError):
+                pass
+            time.sleep(1)
+        else:
+            raise RuntimeError("Prometheus never scraped both agents: " +
+                               (work_dir / "prometheus.log").read_text()[-2000:])
+        for a, boxes in zip(agents, live):  # more work while Prometheus watches
+            a.run(boxes[0], "echo again; unshare -U true; true")
+        time.sleep(35)
+
+        # 2. Every agent metric named by a dashboard or rule is in the live scrape.
+        names = set()
+        for _, e in lint.queries():
+            names |= lint.metric_names(e)
+        exported = {n for n in names if n.startswith("moat_") and
+                    not n.startswith("moat_controller_")}
+        recorded = {n for n in names if ":" in n and "controller" not in n}
+        for n in sorted(exported | recorded | {"up"}):
+            # cluster:* rules aggregate the job label away.
+            sel = f'__name__="{n}"' + ("" if n.startswith("cluster:") else ', job="moat-agent"')
+            if not query(prom_port, f"count({{{sel}}})"):
+                fail(f"metric {n} (named by a dashboard or rule) is not in the live scrape")
+        print(f"ok   checked {len(exported)} exported and {len(recorded)} recorded metric names "
+              "against the live scrape")
+
+        # 3. Every dashboard query over agent metrics returns data.
+        waiting, results = [], {}
+        for where, expr in lint.queries():
+            if not where.endswith("]"):
+                continue  # rules: below
+            if "moat_controller_" in expr:
+                waiting.append(where)
+                continue
+            res = query(prom_port, expr)
+            results[where] = {"expr": expr, "result": res}
+            if not res:
+                fail(f"{where} returns no data: {expr}")
+        print(f"ok   {len(results)} dashboard queries over agent metrics answered; "
+              f"{len(waiting)} wait for the controller")
+
+        # 4. Rules loaded and evaluated without error.
+        d = json.loads(http("GET", f"http://127.0.0.1:{prom_port}/api/v1/rules")[1])
+        loaded = [r for g in d["data"]["groups"] for r in g["rules"]]
+        want = sum(1 for _ in lint.rules())
+        if len(loaded) != want:
+            fail(f"Prometheus loaded {len(loaded)} rules, the rule files have {want}")
+        for r in loaded:
+            if r.get("health") != "ok":
+                fail(f"rule {r['name']} health {r.get('health')}: {r.get('lastError')}")
+        print(f"ok   Prometheus loaded and evaluates all {len(loaded)} rules")
+
+        if args.keep:
+            keep = pathlib.Path(args.keep)
+            keep.mkdir(parents=True, exist_ok=True)
+            (keep / "queries.json").write_text(json.dumps(results, indent=1))
+            for a in agents:
+                (keep / f"{a.name}.metrics").write_text(a.metrics())
+            (keep / "prometheus-url").write_text(f"http://127.0.0.1:{prom_port}\n")
+    finally:
+        for a in agents:
+            a.stop()
+        if prom:
+            prom.terminate()
+            try:
+                prom.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                prom.kill()
+                prom.wait()
+            prom_log.close()
+        if args.keep:
+            for p in work_dir.glob("*/agent.log"):
+                shutil.copy(p, pathlib.Path(args.keep) / f"{p.parent.name}.log")
+            shutil.copy(work_dir / "prometheus.log", pathlib.Path(args.keep) / "prometheus.log")
+        shutil.rmtree(work_dir, ignore_errors=True)
+    print(f"live-check: {len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
