@@ -12,8 +12,12 @@ Checks:
 Queries over moat_controller_* wait for a running controller: they are listed, not failed.
 
 usage: observability/live-check.py [--bin-dir DIR] [--helm HELM] [--keep DIR]
+                                    [--render DIR [--linger SECONDS]]
   --bin-dir  where moat-agent, moat-init and moat-probe are (default: build/bin)
   --keep     write the scrape, the query results and the logs there (for docs and debugging)
+  --render   after the checks, keep the agents busy for --linger seconds (default 300), then
+             draw the dashboards into DIR (observability/render-dashboards.py, which needs
+             python3-matplotlib): how docs/images/ is made
 Needs root (the agents make namespaces and cgroups).
 """
 
@@ -160,6 +164,27 @@ def work(agent):
     return boxes[-1:]
 
 
+def busy(agents, seconds):
+    """Uneven load for the pictures: bursts of creates, commands, violations and deletes."""
+    import random
+    rnd = random.Random(7)
+    end = time.time() + seconds
+    held = {a.name: [] for a in agents}
+    while time.time() < end:
+        for a in agents:
+            for _ in range(rnd.randint(0, 3)):
+                held[a.name].append(a.create({"profile": "default"}))
+            for b in held[a.name][-2:]:
+                a.run(b, "seq 1 2000 | sort -n | tail -1" if rnd.random() < 0.7
+                      else "unshare -U true; true")
+            while len(held[a.name]) > rnd.randint(0, 6):
+                a.delete(held[a.name].pop(0))
+        time.sleep(rnd.uniform(0.5, 3))
+    for a in agents:
+        for b in held[a.name]:
+            a.delete(b)
+
+
 def prometheus(work_dir, agents, port):
     rules = [str(p) for p in lint.RULE_FILES]
     config = {
@@ -213,6 +238,8 @@ def main():
     ap.add_argument("--bin-dir", default=str(ROOT / "build/bin"))
     ap.add_argument("--helm", default=str(ROOT / "build/deploy-tools/bin/helm"))
     ap.add_argument("--keep", default="")
+    ap.add_argument("--render", default="")
+    ap.add_argument("--linger", type=int, default=300)
     args = ap.parse_args()
     bin_dir = pathlib.Path(args.bin_dir)
     for b in ("moat-agent", "moat-init", "moat-probe"):
@@ -308,6 +335,12 @@ def main():
             if r.get("health") != "ok":
                 fail(f"rule {r['name']} health {r.get('health')}: {r.get('lastError')}")
         print(f"ok   Prometheus loaded and evaluates all {len(loaded)} rules")
+
+        if args.render:
+            busy(agents, args.linger)
+            subprocess.run([str(ROOT / "observability/render-dashboards.py"),
+                            f"http://127.0.0.1:{prom_port}", args.render, "--minutes",
+                            str(max(2, args.linger // 60 + 1))], check=True)
 
         if args.keep:
             keep = pathlib.Path(args.keep)
