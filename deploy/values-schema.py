@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Writes charts/moat/values.schema.json (JSON Schema draft-07, which helm enforces on install,
 upgrade, lint and template). Every value in values.yaml is described; unknown keys are refused
 (additionalProperties: false), so a typo in a values file fails instead of being ignored.

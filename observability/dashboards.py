@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Generates moat's Grafana dashboards (the mixin's source; the JSON files are its output).
 
     observability/dashboards.py             writes charts/moat/files/dashboards/*.json

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Lints moat's monitoring mixin: the rules of Grafana's dashboard-linter (not installable here)
 plus the alert conventions, and lists what the live check (observability/live-check.sh) asks
 Prometheus for.

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """The mixin against real components: two real moat-agents, configured by the chart's own
 rendered agent.yaml, doing a little work, scraped by a real Prometheus (Debian `prometheus`)
 that loads the chart's alert and recording rules. Everything listens on 127.0.0.1 only.
@@ -240,6 +240,7 @@ def main():
     ap.add_argument("--keep", default="")
     ap.add_argument("--render", default="")
     ap.add_argument("--linger", type=int, default=300)
+    ap.add_argument("--hold", type=int, default=0, help=argparse.SUPPRESS)  # renderer work
     args = ap.parse_args()
     bin_dir = pathlib.Path(args.bin_dir)
     for b in ("moat-agent", "moat-init", "moat-probe"):
@@ -338,9 +339,15 @@ def main():
 
         if args.render:
             busy(agents, args.linger)
-            subprocess.run([str(ROOT / "observability/render-dashboards.py"),
-                            f"http://127.0.0.1:{prom_port}", args.render, "--minutes",
-                            str(max(2, args.linger // 60 + 1))], check=True)
+            r = subprocess.run([str(ROOT / "observability/render-dashboards.py"),
+                                f"http://127.0.0.1:{prom_port}", args.render, "--minutes",
+                                str(max(2, args.linger // 60 + 1))])
+            if r.returncode != 0:
+                fail("render-dashboards.py failed")
+            if args.hold:
+                print(f"holding Prometheus at http://127.0.0.1:{prom_port} for {args.hold}s",
+                      flush=True)
+                busy(agents, args.hold)
 
         if args.keep:
             keep = pathlib.Path(args.keep)

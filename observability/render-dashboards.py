@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Draws each moat dashboard's panels from a live Prometheus into one PNG per dashboard, laid out
 as the dashboard's grid: a stand-in for Grafana, which is not installable here. Time series come
 from /api/v1/query_range, stat panels from /api/v1/query; the dashboard variables take the
@@ -72,8 +72,11 @@ def render(base, dashboard_path, out_dir, minutes):
     for p in panels:
         g = p["gridPos"]
         # Figure coordinates: x from the left, y from the top (Grafana's grid).
-        ax = fig.add_axes([g["x"] / 24 + 0.005, 1 - (g["y"] + g["h"]) / rows + 0.012,
-                           g["w"] / 24 - 0.012, g["h"] / rows - 0.03])
+        # Margins in grid units: room for the title above and the ticks below each panel.
+        top = 0.9 if p["type"] != "row" else 0.1
+        bottom = 0.7 if p["type"] == "timeseries" else 0.1
+        ax = fig.add_axes([g["x"] / 24 + 0.02, 1 - (g["y"] + g["h"] - bottom) / (rows + 1),
+                           g["w"] / 24 - 0.03, (g["h"] - top - bottom) / (rows + 1)])
         if p["type"] == "row":
             ax.axis("off")
             ax.text(0, 0.2, p["title"], fontsize=11, weight="bold")

@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-for tool in promtool python3; do
+for tool in promtool /usr/bin/python3; do
   command -v "$tool" >/dev/null || { echo "deploy-check: $tool is missing; run scripts/install-deps.sh" >&2; exit 1; }
 done
 tools="$(scripts/deploy-tools.sh ${MOAT_DEPLOY_TOOLS:+"$MOAT_DEPLOY_TOOLS"})"
@@ -82,7 +82,7 @@ deploy/render-manifests.sh --check "$helm" && echo "ok   manifests/ match the ch
 
 step "rules: promtool check, the chart's PrometheusRule, promtool test (every alert firing and not)"
 promtool check rules charts/moat/files/rules/*.yaml | grep -E 'SUCCESS|FAILED' || bad "promtool check rules"
-python3 - "$tmp/render-monitoring.yaml" "$tmp/prometheusrule.yaml" <<'PY' || bad "no PrometheusRule rendered"
+/usr/bin/python3 - "$tmp/render-monitoring.yaml" "$tmp/prometheusrule.yaml" <<'PY' || bad "no PrometheusRule rendered"
 import sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.get("kind") == "PrometheusRule"]
 assert len(docs) == 1, f"{len(docs)} PrometheusRules"

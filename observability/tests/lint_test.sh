@@ -12,7 +12,7 @@ fail=0
 "$lint" dashboards >/dev/null || { echo "FAIL: the shipped dashboards do not lint"; fail=1; }
 
 expect() {  # $1 = python expression that breaks dashboard d; $2 = message the lint must print
-  python3 - "$src" "$tmp/broken.json" "$1" <<'PY'
+  /usr/bin/python3 - "$src" "$tmp/broken.json" "$1" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 exec(sys.argv[3])
