@@ -177,6 +177,11 @@ def busy(agents, seconds):
             for b in held[a.name][-2:]:
                 a.run(b, "seq 1 2000 | sort -n | tail -1" if rnd.random() < 0.7
                       else "unshare -U true; true")
+            if rnd.random() < 0.15:  # a denied egress request now and then
+                e = a.create({"profile": "default",
+                              "policy": {"network": {"allowedDomains": ["allowed.invalid"]}}})
+                a.run(e, "curl -s -m 5 -o /dev/null http://denied.invalid/ || true")
+                held[a.name].append(e)
             while len(held[a.name]) > rnd.randint(0, 6):
                 a.delete(held[a.name].pop(0))
         time.sleep(rnd.uniform(0.5, 3))

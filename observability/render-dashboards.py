@@ -61,11 +61,20 @@ def fmt_value(v, unit):
 def render(base, dashboard_path, out_dir, minutes):
     d = json.loads(dashboard_path.read_text())
     panels = d["panels"]
-    rows = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels)
+    # A single-select instance variable (the node dashboard) shows the first instance.
+    variables = {v["name"]: v for v in d["templating"]["list"]}
+    instance = None
+    if not variables["instance"].get("multi", True):
+        url = f"{base}/api/v1/label/instance/values?" + urllib.parse.urlencode(
+            {"match[]": 'moat_sandboxes{job="moat-agent"}'})
+        with urllib.request.urlopen(url, timeout=30) as r:
+            instance = sorted(json.load(r)["data"])[0]
+    rows = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels) + 1  # +1: the title
     scale = 0.36  # inches per grid unit
     fig = plt.figure(figsize=(24 * scale * 1.6, rows * scale))
-    fig.suptitle(f"{d['title']}  (uid {d['uid']}; live Prometheus, last {minutes} min)",
-                 fontsize=12, y=0.999)
+    shown = f"; instance {instance}" if instance else ""
+    fig.suptitle(f"{d['title']}  (uid {d['uid']}; live Prometheus, last {minutes} min{shown})",
+                 fontsize=12, y=1 - 0.3 / rows)
     end = time.time()
     start = end - minutes * 60
     step = max(2, int(minutes * 60 / 120))
@@ -75,8 +84,8 @@ def render(base, dashboard_path, out_dir, minutes):
         # Margins in grid units: room for the title above and the ticks below each panel.
         top = 0.9 if p["type"] != "row" else 0.1
         bottom = 0.7 if p["type"] == "timeseries" else 0.1
-        ax = fig.add_axes([g["x"] / 24 + 0.02, 1 - (g["y"] + g["h"] - bottom) / (rows + 1),
-                           g["w"] / 24 - 0.03, (g["h"] - top - bottom) / (rows + 1)])
+        ax = fig.add_axes([g["x"] / 24 + 0.02, 1 - (1 + g["y"] + g["h"] - bottom) / rows,
+                           g["w"] / 24 - 0.03, (g["h"] - top - bottom) / rows])
         if p["type"] == "row":
             ax.axis("off")
             ax.text(0, 0.2, p["title"], fontsize=11, weight="bold")
@@ -87,13 +96,15 @@ def render(base, dashboard_path, out_dir, minutes):
         drawn = 0
         for t in p["targets"]:
             expr = lint.substitute(t["expr"])
+            if instance:
+                expr = expr.replace('instance=~".*"', f'instance=~"{instance}"')
             if p["type"] == "stat":
                 res = api(base, "query", query=expr.replace("[5m]", f"[{minutes}m]"), time=end)
-                val = float(res[0]["value"][1]) if res else None
                 ax.axis("off")
-                ax.text(0.5, 0.4, fmt_value(val, unit), ha="center", va="center", fontsize=16,
-                        color="#1f77b4" if res else "#999999")
-                drawn += bool(res)
+                if res:
+                    ax.text(0.5, 0.4, fmt_value(float(res[0]["value"][1]), unit), ha="center",
+                            va="center", fontsize=16, color="#1f77b4")
+                    drawn += 1
                 continue
             res = api(base, "query_range", query=expr, start=start, end=end, step=step)
             for series in res:
@@ -106,6 +117,9 @@ def render(base, dashboard_path, out_dir, minutes):
             ax.set_xlim(-minutes, 0)
             if unit == "percentunit":
                 ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+            elif unit == "bytes":
+                ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
+                    lambda v, _: fmt_value(v, "bytes")))
             if drawn:
                 ax.legend(fontsize=5, loc="upper left", ncol=2, frameon=False)
         if not drawn:
