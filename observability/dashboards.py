@@ -73,14 +73,14 @@ def quantiles(metric, sel, by="", qs=(0.5, 0.99)):
 
 def datasource_var():
     return {"name": "datasource", "label": "Data source", "type": "datasource",
-            "query": "prometheus", "current": {}, "hide": 0, "refresh": 1, "regex": "",
+            "query": "prometheus", "hide": 0, "refresh": 1, "regex": "",
             "options": [], "includeAll": False, "multi": False}
 
 
 def query_var(name, label, query, multi=True, hide=0):
     return {"name": name, "label": label, "type": "query", "datasource": DS,
-            "query": {"query": query, "refId": f"{name}-var"}, "definition": query,
-            "current": {}, "hide": hide, "refresh": 2, "regex": "", "sort": 1, "options": [],
+            "query": {"query": query, "refId": f"{name}-var"},
+            "hide": hide, "refresh": 2, "regex": "", "sort": 1, "options": [],
             "includeAll": multi, "multi": multi, **({"allValue": ".*"} if multi else {})}
 
 

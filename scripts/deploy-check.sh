@@ -5,7 +5,8 @@
 #     fails with the fix named for impossible values; every rendered object validated against
 #     the Kubernetes and prometheus-operator schemas; values.schema.json covers every value;
 #     manifests/ identical to the chart; the rendered PrometheusRule passes promtool; promtool
-#     check rules and test rules (every alert firing once and not once); the dashboard lint.
+#     check rules and test rules (every alert firing once and not once); the dashboard lint and
+#     the dashboards type-checked against Grafana's schema (npm @grafana/schema, typescript).
 #   --live (root, ~1 min more; the ctest entry deploy_live_check): two real moat-agents doing
 #     work, scraped by a real Prometheus with the rules loaded (observability/live-check.py).
 # usage: scripts/deploy-check.sh [--live | --live-only] [--bin-dir DIR]
@@ -97,6 +98,13 @@ step "dashboards: generated, linted (dashboard-linter's rules), and the lint's o
 observability/dashboards.py --check && echo "ok   dashboards match observability/dashboards.py" \
   || bad "dashboards out of date"
 observability/lint.py dashboards || bad "dashboard lint"
+node deploy/check-dashboards.mjs "$tools" charts/moat/files/dashboards/*.json || bad "@grafana/schema"
+/usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); d["graphTooltip"] = "shared"
+d["panels"][0]["gridPos"]["w"] = "wide"; json.dump(d, open(sys.argv[2], "w"))' \
+  charts/moat/files/dashboards/moat-node.json "$tmp/broken-dashboard.json"
+if node deploy/check-dashboards.mjs "$tools" "$tmp/broken-dashboard.json" > /dev/null 2>&1; then
+  bad "@grafana/schema's check passed a dashboard with graphTooltip and a panel width as strings"
+fi
 observability/tests/lint_test.sh > "$tmp/lint-test.txt" && echo "ok   the lint catches each rule it enforces" \
   || { cat "$tmp/lint-test.txt"; bad "lint test"; }
 
