@@ -200,8 +200,8 @@ def controller_panels():
              [(f"max(moat_controller_leader{{{CTRL}}})", "leader")]),
         stat("Pending sandboxes", c + "Sandboxes waiting for a node that fits.",
              [(f"sum(moat_controller_pending_sandboxes{{{CTRL}}})", "pending")]),
-        ts("Nodes by state", c + "Nodes the controller knows, by state (ready, not_ready, lost, "
-           "cordoned).", [(f"sum by (state) (moat_controller_nodes{{{CTRL}}})", "{{state}}")],
+        ts("Nodes by state", c + "Nodes the controller knows, by state (Ready, NotReady, "
+           "Lost).", [(f"sum by (state) (moat_controller_nodes{{{CTRL}}})", "{{state}}")],
            width=8),
         ts("Nodes by architecture", c + "Nodes by CPU architecture.",
            [(f"sum by (arch) (moat_controller_nodes{{{CTRL}}})", "{{arch}}")]),
@@ -213,9 +213,9 @@ def controller_panels():
              f"(moat_controller_allocatable{{{CTRL}}})", "{{resource}}")], "percentunit",
            min=0, max=1),
         ts("API latency by route (p99)", c + "Controller API latency, 99th percentile, by route.",
-           quantiles("moat_controller_api_request_duration_seconds", CTRL, "route", (0.99,)), "s"),
+           quantiles("moat_controller_request_duration_seconds", CTRL, "route", (0.99,)), "s"),
         ts("API requests by code", c + "Controller API requests per second by status code.",
-           [(f"sum by (code) (rate(moat_controller_api_request_duration_seconds_count{{{CTRL}}}[{RI}]))",
+           [(f"sum by (code) (rate(moat_controller_request_duration_seconds_count{{{CTRL}}}[{RI}]))",
              "{{code}}")], "reqps"),
         ts("Create to ready", c + "From a create request to a ready sandbox.",
            quantiles("moat_controller_create_to_ready_seconds", CTRL), "s"),
