@@ -48,6 +48,26 @@ for values in charts/moat/ci/*-values.yaml; do
   echo "ok   $name: lint clean, $(grep -c '^kind:' "$tmp/render-$name.yaml") objects"
 done
 
+# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion; Debian's kube-apiserver).
+"$helm" template moat charts/moat --namespace moat --kube-version 1.20.2 \
+  -f charts/moat/ci/etcd-ha-values.yaml > "$tmp/render-etcd-ha-k8s-1.20.yaml" \
+  && grep -q 'apiVersion: policy/v1beta1' "$tmp/render-etcd-ha-k8s-1.20.yaml" \
+  && echo "ok   Kubernetes 1.20: PodDisruptionBudgets as policy/v1beta1" \
+  || bad "helm template --kube-version 1.20.2"
+
+step "NOTES.txt renders (helm template leaves it out: rendered here through tpl in a copy)"
+cp -r charts/moat "$tmp/notes-chart"
+cp charts/moat/templates/NOTES.txt "$tmp/notes-chart/files/notes.txt"
+printf '%s\n' 'notes: {{ tpl (.Files.Get "files/notes.txt") . | toJson }}' > "$tmp/notes-chart/templates/notes-check.yaml"
+for values in charts/moat/ci/*-values.yaml; do
+  if notes="$("$helm" template moat "$tmp/notes-chart" --namespace moat -f "$values" \
+      --show-only templates/notes-check.yaml 2>&1)" && grep -q 'helm test moat' <<<"$notes"; then
+    echo "ok   NOTES.txt with $(basename "$values")"
+  else
+    bad "NOTES.txt does not render with $values: $notes"
+  fi
+done
+
 step "values that cannot work fail rendering and name the fix"
 expect_fail() {  # $1 = message the failure must contain; the rest: helm --set flags
   local want="$1"; shift

@@ -102,3 +102,12 @@ default
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* policy/v1 from Kubernetes 1.21; policy/v1beta1 before (the chart supports 1.20). */}}
+{{- define "moat.pdbApiVersion" -}}
+{{- if semverCompare ">=1.21-0" .Capabilities.KubeVersion.Version -}}
+policy/v1
+{{- else -}}
+policy/v1beta1
+{{- end -}}
+{{- end -}}
