@@ -108,6 +108,11 @@ import sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.get("kind") == "PrometheusRule"]
 assert len(docs) == 1, f"{len(docs)} PrometheusRules"
 yaml.safe_dump({"groups": docs[0]["spec"]["groups"]}, open(sys.argv[2], "w"))
+# ci/monitoring-values.yaml sets metrics.prometheusRule.runbookUrlBase: every alert points there.
+urls = [r["annotations"]["runbook_url"] for g in docs[0]["spec"]["groups"] for r in g["rules"]
+        if "alert" in r]
+wrong = [u for u in urls if not u.startswith("https://runbooks.example.org/moat/Moat")]
+assert urls and not wrong, f"runbook_url not rewritten: {wrong}"
 PY
 promtool check rules "$tmp/prometheusrule.yaml" >/dev/null && echo "ok   the rendered PrometheusRule parses" \
   || bad "the rendered PrometheusRule"
