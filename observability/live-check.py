@@ -71,17 +71,78 @@ def http(method, url, token=None, body=None, header="Authorization", timeout=30)
         return e.code, e.read().decode()
 
 
-def chart_agent_config(helm):
-    """The agent.yaml the chart renders (agents alone: the controller is not part of this run)."""
-    out = subprocess.run(
-        [helm, "template", "live", str(ROOT / "charts/moat"), "--show-only",
-         "templates/agent-configmap.yaml", "--set", "agent.joinController=false"],
-        check=True, capture_output=True, text=True).stdout
-    return yaml.safe_load(yaml.safe_load(out)["data"]["agent.yaml"])
+def chart_file(helm, template, key, *sets):
+    """One configuration file as the chart renders it."""
+    args = [helm, "template", "live", str(ROOT / "charts/moat"), "--show-only", template]
+    for kv in sets:
+        args += ["--set", kv]
+    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    return yaml.safe_load(yaml.safe_load(out)["data"][key])
+
+
+def chart_test_script(helm):
+    """The helm test pod's shell script, as the chart renders it."""
+    out = subprocess.run([helm, "template", "live", str(ROOT / "charts/moat"), "--show-only",
+                          "templates/tests/test-sandbox.yaml"], check=True, capture_output=True,
+                         text=True).stdout
+    return yaml.safe_load(out)["spec"]["containers"][0]["args"][0]
+
+
+def secret_file(path, text):
+    path.write_text(text)
+    path.chmod(0o600)
+    return str(path)
+
+
+class Controller:
+    """A real moat-controller on the controller.yaml the chart renders (paths and the listen
+    address changed for this machine)."""
+
+    def __init__(self, bin_dir, helm, work):
+        self.dir = work / "controller"
+        self.dir.mkdir(mode=0o700)
+        (self.dir / "state").mkdir(mode=0o700)
+        self.key = secrets.token_hex(24)
+        self.join_token = secret_file(self.dir / "join-token", secrets.token_hex(32) + "\n")
+        self.port = free_port()
+        config = chart_file(helm, "templates/controller-configmap.yaml", "controller.yaml")
+        config.update(listen={"address": "127.0.0.1", "port": self.port},
+                      state_dir=str(self.dir / "state"), join_token_file=self.join_token,
+                      api_keys_file=secret_file(self.dir / "api-keys", f"live {self.key}\n"))
+        (self.dir / "controller.yaml").write_text(yaml.safe_dump(config))
+        self.log = open(self.dir / "controller.log", "w")
+        self.proc = subprocess.Popen([str(bin_dir / "moat-controller"), "--config",
+                                      str(self.dir / "controller.yaml")],
+                                     stdout=subprocess.DEVNULL, stderr=self.log)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.name = "controller"
+
+    def api(self, method, path, body=None, timeout=60):
+        return http(method, self.url + path, self.key, body, header="OPEN-SANDBOX-API-KEY",
+                    timeout=timeout)
+
+    def wait_healthy(self):
+        for _ in range(200):
+            if self.proc.poll() is not None:
+                raise RuntimeError("moat-controller exited at start: " +
+                                   (self.dir / "controller.log").read_text()[-2000:])
+            try:
+                if http("GET", self.url + "/health", timeout=2)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("moat-controller did not become healthy")
+
+    def metrics(self):
+        return http("GET", self.url + "/metrics")[1]
+
+    def stop(self):
+        Agent.stop(self)
 
 
 class Agent:
-    def __init__(self, name, bin_dir, config, work):
+    def __init__(self, name, bin_dir, config, work, controller=None):
         self.name = name
         self.dir = work / name
         self.dir.mkdir(mode=0o700)
@@ -92,6 +153,11 @@ class Agent:
         self.port = free_port()
         config = dict(config, listen={"address": "127.0.0.1", "port": self.port},
                       token_file=str(token_file), state_dir=str(self.dir / "state"))
+        if controller:
+            # What the pod's command fills in (node name, pod address), and this machine's paths.
+            config["controller"] = dict(config["controller"], url=controller.url,
+                                        join_token_file=controller.join_token, node_name=name,
+                                        advertise_url=f"http://127.0.0.1:{self.port}")
         (self.dir / "state").mkdir(mode=0o700)
         (self.dir / "agent.yaml").write_text(yaml.safe_dump(config))
         self.log = open(self.dir / "agent.log", "w")
@@ -164,8 +230,44 @@ def work(agent):
     return boxes[-1:]
 
 
-def busy(agents, seconds):
-    """Uneven load for the pictures: bursts of creates, commands, violations and deletes."""
+def fleet_work(ctl, helm, nodes):
+    """Through the controller: both nodes join and are Ready; the helm test's own script
+    (create a sandbox, run a command through the proxy, delete) passes against it; a few more
+    creates and an unknown route for the API panels."""
+    for _ in range(100):
+        code, text = ctl.api("GET", "/v1/nodes")
+        ready = [n for n in json.loads(text).get("items", [])
+                 if n.get("state") == "Ready"] if code == 200 else []
+        if len(ready) == nodes:
+            break
+        time.sleep(0.2)
+    else:
+        raise RuntimeError(f"{nodes} agents did not join the controller as Ready: {code} {text}")
+    print(f"ok   both agents joined moat-controller and are Ready")
+    script = chart_test_script(helm)
+    keys = ctl.dir / "api-keys"
+    r = subprocess.run(["/bin/sh", "-c", script.replace("/etc/moat/secrets/api-keys", str(keys))],
+                       env=dict(os.environ, MOAT_URL=ctl.url, MOAT_IMAGE="python:3.11"),
+                       capture_output=True, text=True, timeout=180)
+    if r.returncode != 0:
+        fail(f"the helm test's script against moat-controller: {r.stdout}{r.stderr}")
+    else:
+        print("ok   the helm test's script passes against moat-controller: " +
+              " / ".join(r.stdout.strip().splitlines()[1:]))
+    body = {"image": {"uri": "python:3.11"}, "entrypoint": ["tail", "-f", "/dev/null"],
+            "timeout": 300, "resourceLimits": {"cpu": "500m", "memory": "256Mi"}}
+    for _ in range(3):
+        code, text = ctl.api("POST", "/v1/sandboxes", body)
+        if code in (200, 201, 202):
+            ctl.api("DELETE", f"/v1/sandboxes/{json.loads(text)['id']}")
+        else:
+            fail(f"create through moat-controller answered {code}: {text[:300]}")
+    ctl.api("GET", "/v1/sandboxes/no-such-sandbox")
+
+
+def busy(agents, seconds, ctl=None):
+    """Uneven load for the pictures: bursts of creates, commands, violations and deletes (a
+    controller in the list gets a create and a delete now and then)."""
     import random
     rnd = random.Random(7)
     end = time.time() + seconds
@@ -184,13 +286,23 @@ def busy(agents, seconds):
                 held[a.name].append(e)
             while len(held[a.name]) > rnd.randint(0, 6):
                 a.delete(held[a.name].pop(0))
+        if ctl and rnd.random() < 0.5:
+            body = {"image": {"uri": "python:3.11"}, "entrypoint": ["tail", "-f", "/dev/null"],
+                    "timeout": 300, "resourceLimits": {"cpu": "250m", "memory": "128Mi"}}
+            code, text = ctl.api("POST", "/v1/sandboxes", body)
+            if code in (200, 201, 202):
+                sid = json.loads(text)["id"]
+                ctl.api("POST", f"/v1/sandboxes/{sid}/proxy/44772/command",
+                        {"command": "echo through-the-controller"})
+                ctl.api("GET", "/v1/sandboxes")
+                ctl.api("DELETE", f"/v1/sandboxes/{sid}")
         time.sleep(rnd.uniform(0.5, 3))
     for a in agents:
         for b in held[a.name]:
             a.delete(b)
 
 
-def prometheus(work_dir, agents, port):
+def prometheus(work_dir, agents, port, controller=None):
     rules = [str(p) for p in lint.RULE_FILES]
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s",
@@ -208,6 +320,10 @@ def prometheus(work_dir, agents, port):
     for i, sc in enumerate(config["scrape_configs"]):
         sc["job_name"] = f"moat-agent-{i}"
         sc["relabel_configs"] = [{"target_label": "job", "replacement": "moat-agent"}]
+    if controller:
+        config["scrape_configs"].append({
+            "job_name": "moat-controller",
+            "static_configs": [{"targets": [f"127.0.0.1:{controller.port}"]}]})
     # Recording rules evaluate every 30s in the chart; here every second, so a short run sees them.
     fast_rules = []
     for path in lint.RULE_FILES:
@@ -243,6 +359,8 @@ def main():
     ap.add_argument("--bin-dir", default=str(ROOT / "build/bin"))
     ap.add_argument("--helm", default=str(ROOT / "build/deploy-tools/bin/helm"))
     ap.add_argument("--keep", default="")
+    ap.add_argument("--controller", choices=["auto", "on", "off"], default="auto",
+                    help="a real moat-controller too (auto: when --bin-dir has moat-controller)")
     ap.add_argument("--render", default="")
     ap.add_argument("--linger", type=int, default=300)
     ap.add_argument("--hold", type=int, default=0, help=argparse.SUPPRESS)  # renderer work
@@ -261,22 +379,31 @@ def main():
         print("live-check: needs root (the agents make namespaces and cgroups)", file=sys.stderr)
         return 2
 
+    with_controller = args.controller == "on" or (
+        args.controller == "auto" and (bin_dir / "moat-controller").is_file())
     work_dir = pathlib.Path(tempfile.mkdtemp(prefix="moat-live-check-", dir="/var/tmp"))
-    config = chart_agent_config(args.helm)
-    agents, prom, prom_log = [], None, None
+    config = chart_file(args.helm, "templates/agent-configmap.yaml", "agent.yaml",
+                        f"agent.joinController={str(with_controller).lower()}")
+    agents, prom, prom_log, ctl = [], None, None, None
     prom_port = free_port()
     try:
-        agents = [Agent(f"node-{i}", bin_dir, config, work_dir) for i in (1, 2)]
+        if with_controller:
+            ctl = Controller(bin_dir, args.helm, work_dir)
+            ctl.wait_healthy()
+            print(f"ok   moat-controller runs the chart's controller.yaml ({ctl.url})")
+        agents = [Agent(f"node-{i}", bin_dir, config, work_dir, ctl) for i in (1, 2)]
         for a in agents:
             a.wait_healthy()
         print(f"ok   two agents run the chart's agent.yaml ({', '.join(a.url for a in agents)})")
-        prom, prom_log = prometheus(work_dir, agents, prom_port)
+        prom, prom_log = prometheus(work_dir, agents, prom_port, ctl)
+        if ctl:
+            fleet_work(ctl, args.helm, len(agents))
         live = [work(a) for a in agents]
         print("ok   the agents did work: warm and cold starts, commands, violations, egress, "
               "deletes")
 
-        # 1. promtool check metrics on each agent's /metrics.
-        for a in agents:
+        # 1. promtool check metrics on each agent's (and the controller's) /metrics.
+        for a in agents + ([ctl] if ctl else []):
             text = a.metrics()
             r = subprocess.run(["promtool", "check", "metrics"], input=text, text=True,
                                capture_output=True)
@@ -316,20 +443,29 @@ def main():
         print(f"ok   checked {len(exported)} exported and {len(recorded)} recorded metric names "
               "against the live scrape")
 
-        # 3. Every dashboard query over agent metrics returns data.
+        # The controller's metrics it exports now; queries over others wait for it.
+        ctl_names = set()
+        if ctl:
+            for line in ctl.metrics().splitlines():
+                if line.startswith("moat_controller_"):
+                    ctl_names.add(line.split("{")[0].split(" ")[0])
+
+        # 3. Every dashboard query over agent metrics (and exported controller ones) has data.
         waiting, results = [], {}
         for where, expr in lint.queries():
             if not where.endswith("]"):
                 continue  # rules: below
-            if "moat_controller_" in expr:
+            if any(n.startswith("moat_controller_") and n not in ctl_names
+                   for n in lint.metric_names(expr)):
                 waiting.append(where)
                 continue
             res = query(prom_port, expr)
             results[where] = {"expr": expr, "result": res}
             if not res:
                 fail(f"{where} returns no data: {expr}")
-        print(f"ok   {len(results)} dashboard queries over agent metrics answered; "
-              f"{len(waiting)} wait for the controller")
+        print(f"ok   {len(results)} dashboard queries answered"
+              f"{' (the controller scraped too)' if ctl else ''}; {len(waiting)} wait for "
+              "controller metrics not exported yet")
 
         # 4. Rules loaded and evaluated without error.
         d = json.loads(http("GET", f"http://127.0.0.1:{prom_port}/api/v1/rules")[1])
@@ -343,7 +479,7 @@ def main():
         print(f"ok   Prometheus loaded and evaluates all {len(loaded)} rules")
 
         if args.render:
-            busy(agents, args.linger)
+            busy(agents, args.linger, ctl)
             r = subprocess.run([str(ROOT / "observability/render-dashboards.py"),
                                 f"http://127.0.0.1:{prom_port}", args.render, "--minutes",
                                 str(max(2, args.linger // 60 + 1))])
@@ -352,7 +488,7 @@ def main():
             if args.hold:
                 print(f"holding Prometheus at http://127.0.0.1:{prom_port} for {args.hold}s",
                       flush=True)
-                busy(agents, args.hold)
+                busy(agents, args.hold, ctl)
 
         if args.keep:
             keep = pathlib.Path(args.keep)
@@ -362,7 +498,7 @@ def main():
                 (keep / f"{a.name}.metrics").write_text(a.metrics())
             (keep / "prometheus-url").write_text(f"http://127.0.0.1:{prom_port}\n")
     finally:
-        for a in agents:
+        for a in agents + ([ctl] if ctl else []):
             a.stop()
         if prom:
             prom.terminate()
@@ -373,7 +509,7 @@ def main():
                 prom.wait()
             prom_log.close()
         if args.keep:
-            for p in work_dir.glob("*/agent.log"):
+            for p in list(work_dir.glob("*/agent.log")) + list(work_dir.glob("*/controller.log")):
                 shutil.copy(p, pathlib.Path(args.keep) / f"{p.parent.name}.log")
             shutil.copy(work_dir / "prometheus.log", pathlib.Path(args.keep) / "prometheus.log")
         shutil.rmtree(work_dir, ignore_errors=True)
