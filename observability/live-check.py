@@ -272,34 +272,46 @@ def busy(agents, seconds, ctl=None):
     rnd = random.Random(7)
     end = time.time() + seconds
     held = {a.name: [] for a in agents}
+    errors = []
     while time.time() < end:
-        for a in agents:
-            for _ in range(rnd.randint(0, 3)):
-                held[a.name].append(a.create({"profile": "default"}))
-            for b in held[a.name][-2:]:
-                a.run(b, "seq 1 2000 | sort -n | tail -1" if rnd.random() < 0.7
-                      else "unshare -U true; true")
-            if rnd.random() < 0.15:  # a denied egress request now and then
-                e = a.create({"profile": "default",
-                              "policy": {"network": {"allowedDomains": ["allowed.invalid"]}}})
-                a.run(e, "curl -s -m 5 -o /dev/null http://denied.invalid/ || true")
-                held[a.name].append(e)
-            while len(held[a.name]) > rnd.randint(0, 6):
-                a.delete(held[a.name].pop(0))
-        if ctl and rnd.random() < 0.5:
-            body = {"image": {"uri": "python:3.11"}, "entrypoint": ["tail", "-f", "/dev/null"],
-                    "timeout": 300, "resourceLimits": {"cpu": "250m", "memory": "128Mi"}}
-            code, text = ctl.api("POST", "/v1/sandboxes", body)
-            if code in (200, 201, 202):
-                sid = json.loads(text)["id"]
-                ctl.api("POST", f"/v1/sandboxes/{sid}/proxy/44772/command",
-                        {"command": "echo through-the-controller"})
-                ctl.api("GET", "/v1/sandboxes")
-                ctl.api("DELETE", f"/v1/sandboxes/{sid}")
+        try:
+            busy_round(agents, ctl, rnd, held)
+        except RuntimeError as e:  # a load generator: report, do not stop the pictures
+            errors.append(str(e))
+            print(f"busy: {e}", flush=True)
         time.sleep(rnd.uniform(0.5, 3))
     for a in agents:
         for b in held[a.name]:
             a.delete(b)
+    if errors:
+        print(f"busy: {len(errors)} request(s) failed while the agents were kept busy")
+
+
+def busy_round(agents, ctl, rnd, held):
+    """One round of busy(): creates, commands, a violation or a denied request, deletes."""
+    for a in agents:
+        for _ in range(rnd.randint(0, 3)):
+            held[a.name].append(a.create({"profile": "default"}))
+        for b in held[a.name][-2:]:
+            a.run(b, "seq 1 2000 | sort -n | tail -1" if rnd.random() < 0.7
+                  else "unshare -U true; true")
+        if rnd.random() < 0.15:  # a denied egress request now and then
+            e = a.create({"profile": "default",
+                          "policy": {"network": {"allowedDomains": ["allowed.invalid"]}}})
+            a.run(e, "curl -s -m 5 -o /dev/null http://denied.invalid/ || true")
+            held[a.name].append(e)
+        while len(held[a.name]) > rnd.randint(0, 6):
+            a.delete(held[a.name].pop(0))
+    if ctl and rnd.random() < 0.5:
+        body = {"image": {"uri": "python:3.11"}, "entrypoint": ["tail", "-f", "/dev/null"],
+                "timeout": 300, "resourceLimits": {"cpu": "250m", "memory": "128Mi"}}
+        code, text = ctl.api("POST", "/v1/sandboxes", body)
+        if code in (200, 201, 202):
+            sid = json.loads(text)["id"]
+            ctl.api("POST", f"/v1/sandboxes/{sid}/proxy/44772/command",
+                    {"command": "echo through-the-controller"})
+            ctl.api("GET", "/v1/sandboxes")
+            ctl.api("DELETE", f"/v1/sandboxes/{sid}")
 
 
 def prometheus(work_dir, agents, port, controller=None):
