@@ -8,7 +8,9 @@
 #     check rules and test rules (every alert firing once and not once); the dashboard lint and
 #     the dashboards type-checked against Grafana's schema (npm @grafana/schema, typescript).
 #   --live (root, ~1 min more; the ctest entry deploy_live_check): two real moat-agents doing
-#     work, scraped by a real Prometheus with the rules loaded (observability/live-check.py).
+#     work, joined to a real moat-controller when the build has one, the helm test's script
+#     against it, all scraped by a real Prometheus with the rules loaded
+#     (observability/live-check.py).
 # usage: scripts/deploy-check.sh [--live | --live-only] [--bin-dir DIR]
 #   DIR: where moat-agent, moat-init and moat-probe are (default build/bin). The tools go to
 #   $MOAT_DEPLOY_TOOLS (default build/deploy-tools), installed by scripts/deploy-tools.sh.
