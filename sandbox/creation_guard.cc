@@ -30,6 +30,7 @@ namespace moat::sandbox {
 namespace {
 
 constexpr int kMaxSymlinkHops = 40;  // the kernel's MAXSYMLINKS
+constexpr size_t kMaxViolations = 64;
 // What the sandbox is told when it tries to make a protected name: the same as for writing one
 // that exists (a read-only bind).
 constexpr int kRefused = EROFS;
@@ -453,11 +454,6 @@ std::vector<Violation> CreationGuard::Stop() {
   return violations_;
 }
 
-uint64_t CreationGuard::handled() const {
-  absl::MutexLock lock(&mu_);
-  return handled_;
-}
-
 void CreationGuard::Serve() {
   UniqueFd proc_fd, root_fd;
   // The steps that put this thread where the sandbox's names mean what they mean to it; the
@@ -525,12 +521,13 @@ void CreationGuard::Serve() {
     } else {
       AnswerSeccompRequest(listener, request.id, error).IgnoreError();
     }
-    absl::MutexLock lock(&mu_);
-    ++handled_;
     if (work.refused_) {
+      absl::MutexLock lock(&mu_);
       std::string detail = absl::StrCat("refused to create protected path ", *work.refused_,
                                         " (read-only in the sandbox)");
-      if (std::none_of(violations_.begin(), violations_.end(),
+      // Bounded like the supervisor's own list: a sandbox naming new files forever gets 64.
+      if (violations_.size() < kMaxViolations &&
+          std::none_of(violations_.begin(), violations_.end(),
                        [&](const Violation& v) { return v.detail == detail; })) {
         violations_.push_back(Violation{"filesystem", std::move(detail)});
       }

@@ -87,9 +87,6 @@ class CreationGuard {
   // Returns each refused creation once, in order.
   std::vector<Violation> Stop();
 
-  // How many calls the guard answered (tests and MOAT_TRACE).
-  uint64_t handled() const;
-
  private:
   explicit CreationGuard(Options options);
   void Serve();
@@ -103,7 +100,6 @@ class CreationGuard {
   absl::Status setup_ ABSL_GUARDED_BY(mu_);
   std::deque<SeccompRequest> queue_ ABSL_GUARDED_BY(mu_);
   std::vector<Violation> violations_ ABSL_GUARDED_BY(mu_);
-  uint64_t handled_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace moat::sandbox
