@@ -274,6 +274,8 @@ absl::string_view ErrorCodeFor(int http_status) {
       return "PAYLOAD_TOO_LARGE";
     case 414:
       return "URI_TOO_LONG";
+    case 416:
+      return "RANGE_NOT_SATISFIABLE";
     case 429:
       return "RESOURCE_EXHAUSTED";
     case 503:

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "absl/strings/strip.h"
 #include "node-agent/execd_api.h"
 #include "node-agent/execd_api_internal.h"
+#include "node-agent/workspace_files.h"
 
 namespace moat::agent {
 namespace {
@@ -52,11 +54,26 @@ absl::StatusOr<uint32_t> ModeFromDigits(const json& value) {
   return mode;
 }
 
+const char* TypeName(const FileInfo& info) {
+  if (info.is_dir) return "directory";
+  switch (info.type) {
+    case FileType::kFile:
+      return "file";
+    case FileType::kDirectory:
+      return "directory";
+    case FileType::kSymlink:
+      return "symlink";
+    case FileType::kOther:
+      break;
+  }
+  return "other";
+}
+
 // FileInfo of the spec. The backend knows no owner, group or creation time: owner and group
 // are empty and created_at is the modification time.
 json FileInfoJson(const FileInfo& info) {
   return {{"path", info.path},
-          {"type", info.is_dir ? "directory" : "file"},
+          {"type", TypeName(info)},
           {"size", info.size},
           {"modified_at", FormatApiTime(info.modified)},
           {"created_at", FormatApiTime(info.modified)},
@@ -447,11 +464,17 @@ void ExecdApi::Download(const httplib::Request& req, httplib::Response& res) {
   if (!req.has_param("path")) return SendError(res, 400, "give the file: ?path=");
   absl::StatusOr<std::string> path = SandboxPath(req.get_param_value("path"));
   if (!path.ok()) return SendStatus(res, path.status());
-  absl::StatusOr<FileInfo> info = backend_->Stat(record->id, *path);
-  if (!info.ok()) return SendStatus(res, info.status());
-  if (info->is_dir) {
-    return SendError(res, 400, absl::StrCat("\"", *path, "\" is a directory; download files"));
+  // Opened once: every piece below is read from this descriptor, never by path again, so a
+  // file swapped or renamed meanwhile cannot mix two files into one answer.
+  absl::StatusOr<OpenedFile> opened = backend_->OpenFile(record->id, *path);
+  if (!opened.ok()) {
+    if (absl::IsFailedPrecondition(opened.status())) {
+      return SendError(res, 400, opened.status().message());
+    }
+    return SendStatus(res, opened.status());
   }
+  auto file = std::make_shared<UniqueFd>(std::move(opened->fd));
+  const FileInfo* info = &opened->info;
   bool ranged = req.has_header("Range");
   uint64_t first = 0, length = info->size;
   if (req.has_param("offset") || req.has_param("limit")) {
@@ -467,8 +490,7 @@ void ExecdApi::Download(const httplib::Request& req, httplib::Response& res) {
     std::string out;
     uint64_t line = 1;
     for (uint64_t pos = 0; pos < info->size && line < offset + limit;) {
-      absl::StatusOr<std::string> piece =
-          backend_->ReadFile(record->id, *path, pos, options_.download_piece_bytes);
+      absl::StatusOr<std::string> piece = ReadAt(file->get(), pos, options_.download_piece_bytes);
       if (!piece.ok()) return SendStatus(res, piece.status());
       if (piece->empty()) break;
       pos += piece->size();
@@ -512,20 +534,18 @@ void ExecdApi::Download(const httplib::Request& req, httplib::Response& res) {
     res.set_content("", "application/octet-stream");
     return;
   }
-  std::string sandbox_id = record->id;
   uint64_t piece_bytes = options_.download_piece_bytes;
   // Pieces of at most piece_bytes, read when httplib asks: a big file is never in memory.
-  res.set_content_provider(length, "application/octet-stream",
-                           [this, sandbox_id, file = *path, first, piece_bytes](
-                               size_t offset, size_t want, httplib::DataSink& sink) {
-                             absl::StatusOr<std::string> piece =
-                                 backend_->ReadFile(sandbox_id, file, first + offset,
-                                                    std::min<uint64_t>(want, piece_bytes));
-                             // The file shrank or went away: the response cannot be completed;
-                             // abort it.
-                             if (!piece.ok() || piece->empty()) return false;
-                             return sink.write(piece->data(), piece->size());
-                           });
+  res.set_content_provider(
+      length, "application/octet-stream",
+      [file, first, piece_bytes](size_t offset, size_t want, httplib::DataSink& sink) {
+        absl::StatusOr<std::string> piece =
+            ReadAt(file->get(), first + offset, std::min<uint64_t>(want, piece_bytes));
+        // The file shrank or went away: the response cannot be completed;
+        // abort it.
+        if (!piece.ok() || piece->empty()) return false;
+        return sink.write(piece->data(), piece->size());
+      });
 }
 
 void ExecdApi::Replace(const httplib::Request& req, httplib::Response& res) {
@@ -556,9 +576,14 @@ void ExecdApi::Replace(const httplib::Request& req, httplib::Response& res) {
   }
   json counts = json::object();
   for (const Item& item : items) {
-    absl::StatusOr<FileInfo> info = backend_->Stat(record->id, item.path);
-    if (!info.ok()) return SendStatus(res, info.status());
-    if (info->is_dir) return SendError(res, 400, absl::StrCat("\"", item.key, "\" is a directory"));
+    absl::StatusOr<OpenedFile> opened = backend_->OpenFile(record->id, item.path);
+    if (!opened.ok()) {
+      if (absl::IsFailedPrecondition(opened.status())) {
+        return SendError(res, 400, opened.status().message());
+      }
+      return SendStatus(res, opened.status());
+    }
+    const FileInfo* info = &opened->info;
     if (info->size > options_.max_replace_file_bytes) {
       return SendError(
           res, 413,
@@ -568,7 +593,7 @@ void ExecdApi::Replace(const httplib::Request& req, httplib::Response& res) {
     std::string data;
     while (data.size() < info->size) {
       absl::StatusOr<std::string> piece =
-          backend_->ReadFile(record->id, item.path, data.size(), options_.download_piece_bytes);
+          ReadAt(opened->fd.get(), data.size(), options_.download_piece_bytes);
       if (!piece.ok()) return SendStatus(res, piece.status());
       if (piece->empty()) break;
       data += *piece;

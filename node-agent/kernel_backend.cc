@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "node-agent/log.h"
+#include "node-agent/namespace_ref.h"
 #include "sandbox/cgroup_fs.h"
 #include "sandbox/egress/sandbox_egress.h"
 #include "sandbox/policy.h"
@@ -58,26 +59,6 @@ uint64_t CgroupMemory(const std::vector<std::string>& paths) {
     }
   }
   return 0;
-}
-
-ino_t MountNamespaceOf(pid_t pid) {
-  struct stat st;
-  if (::stat(absl::StrCat("/proc/", pid, "/ns/mnt").c_str(), &st) != 0) return 0;
-  return st.st_ino;
-}
-
-// Host processes still in mount namespace `ns` (there should be none once a sandbox is gone).
-std::vector<pid_t> ProcessesInMountNamespace(ino_t ns) {
-  std::vector<pid_t> found;
-  DIR* proc = ::opendir("/proc");
-  if (proc == nullptr) return found;
-  while (struct dirent* e = ::readdir(proc)) {
-    int pid = 0;
-    if (!absl::SimpleAtoi(e->d_name, &pid)) continue;
-    if (MountNamespaceOf(pid) == ns) found.push_back(pid);
-  }
-  ::closedir(proc);
-  return found;
 }
 
 ExecExit ExitFromStatus(int status) {
@@ -138,7 +119,8 @@ struct KernelBackend::Box {
   sandbox::Limits limits;
   std::unique_ptr<sandbox::LiveSandbox> sandbox;
   UniqueFd workspace;  // O_PATH of /workspace inside
-  ino_t mount_ns = 0;
+  // Held until Destroy has checked nothing is left in it (namespace_ref.h says why).
+  NamespaceRef mount_ns;
   int mounts = 0;  // mount entries of its namespace at start
   std::string record_path;
   uint64_t event_token = 0;  // guarded by mu_
@@ -310,7 +292,7 @@ absl::StatusOr<CreatedSandbox> KernelBackend::Create(const SandboxSpec& spec) {
   box->workspace.reset(::open(absl::StrCat("/proc/", init, "/root/workspace").c_str(),
                               O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!box->workspace) return ErrnoStatus("open the sandbox's /workspace from outside");
-  box->mount_ns = MountNamespaceOf(init);
+  ASSIGN_OR_RETURN(box->mount_ns, NamespaceRef::Of(init, "mnt"));
   if (absl::StatusOr<std::string> mountinfo =
           cgroupfs::ReadFile(absl::StrCat("/proc/", init, "/mountinfo"));
       mountinfo.ok()) {
@@ -381,7 +363,8 @@ absl::StatusOr<CleanupReport> KernelBackend::Destroy(absl::string_view id) {
     absl::MutexLock lock(&mu_);
     box->workspace.reset();
   }
-  std::vector<pid_t> left = ProcessesInMountNamespace(box->mount_ns);
+  std::vector<pid_t> left = box->mount_ns.Members();
+  box->mount_ns.Release();  // Checked: now the kernel may free it, and reuse its number.
   if (left.empty()) {
     report.mounts_unmounted = box->mounts;
     report.workspaces_removed = 1;

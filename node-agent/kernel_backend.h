@@ -69,6 +69,7 @@ class KernelBackend final : public SandboxBackend {
                          absl::Duration grace) override;
   absl::StatusOr<std::string> ReadFile(absl::string_view id, absl::string_view path,
                                        uint64_t offset, uint64_t length) override;
+  absl::StatusOr<OpenedFile> OpenFile(absl::string_view id, absl::string_view path) override;
   absl::Status WriteFile(absl::string_view id, absl::string_view path, absl::string_view data,
                          uint32_t mode) override;
   absl::StatusOr<FileInfo> Stat(absl::string_view id, absl::string_view path) override;

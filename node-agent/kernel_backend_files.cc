@@ -43,6 +43,11 @@ absl::StatusOr<std::string> KernelBackend::ReadFile(absl::string_view id, absl::
   return files.ReadFile(path, offset, length);
 }
 
+absl::StatusOr<OpenedFile> KernelBackend::OpenFile(absl::string_view id, absl::string_view path) {
+  MOAT_WITH_FILES(id, files);
+  return files.OpenRead(path);
+}
+
 absl::Status KernelBackend::WriteFile(absl::string_view id, absl::string_view path,
                                       absl::string_view data, uint32_t mode) {
   MOAT_WITH_FILES(id, files);

@@ -113,38 +113,50 @@ absl::StatusOr<UniqueFd> WorkspaceFiles::Open(absl::string_view rel, int flags) 
   }
 }
 
-absl::StatusOr<std::string> WorkspaceFiles::ReadFile(absl::string_view path, uint64_t offset,
-                                                     uint64_t length) {
+absl::StatusOr<OpenedFile> WorkspaceFiles::OpenRead(absl::string_view path) {
   ASSIGN_OR_RETURN(std::string rel, WorkspaceRelativePath(path));
   // O_NONBLOCK: opening a FIFO for reading must not wait for a writer; O_NOCTTY: a terminal
   // must never become ours.
   ASSIGN_OR_RETURN(UniqueFd fd, Open(rel, O_RDONLY | O_NONBLOCK | O_NOCTTY));
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return Error("inspect", rel, errno);
-  if (S_ISDIR(st.st_mode)) {
+  ASSIGN_OR_RETURN(FileInfo info, StatAt(fd.get(), "", rel));
+  if (info.type == FileType::kDirectory) {
     return absl::FailedPreconditionError(
         absl::StrCat("\"", Display(rel), "\" is a directory; list it instead of reading it"));
   }
-  if (!S_ISREG(st.st_mode)) {
+  if (info.type != FileType::kFile) {
     return absl::FailedPreconditionError(
-        absl::StrCat("\"", Display(rel), "\" is not a regular file (a FIFO, socket or device)"));
+        absl::StrCat("\"", Display(rel),
+                     "\" is not a regular file (a FIFO, socket or device); only regular "
+                     "files can be read"));
   }
+  return OpenedFile{std::move(fd), std::move(info)};
+}
+
+absl::StatusOr<std::string> ReadAt(int fd, uint64_t offset, uint64_t length) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return ErrnoStatus("inspect the open file");
   uint64_t size = static_cast<uint64_t>(st.st_size);
   if (offset >= size) return std::string();
   std::string data(std::min(length, size - offset), '\0');
   size_t done = 0;
   while (done < data.size()) {
-    ssize_t n = ::pread(fd.get(), data.data() + done, data.size() - done,
-                        static_cast<off_t>(offset + done));
+    ssize_t n =
+        ::pread(fd, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Error("read", rel, errno);
+      return ErrnoStatus("read the open file");
     }
     if (n == 0) break;  // truncated since fstat
     done += static_cast<size_t>(n);
   }
   data.resize(done);
   return data;
+}
+
+absl::StatusOr<std::string> WorkspaceFiles::ReadFile(absl::string_view path, uint64_t offset,
+                                                     uint64_t length) {
+  ASSIGN_OR_RETURN(OpenedFile file, OpenRead(path));
+  return ReadAt(file.fd.get(), offset, length);
 }
 
 absl::StatusOr<UniqueFd> WorkspaceFiles::MakeDirectories(absl::string_view rel) const {
@@ -264,6 +276,10 @@ absl::StatusOr<FileInfo> WorkspaceFiles::StatAt(int dirfd, const std::string& na
   FileInfo info;
   info.path = Display(rel);
   info.is_dir = S_ISDIR(st.st_mode);
+  info.type = S_ISDIR(st.st_mode)   ? FileType::kDirectory
+              : S_ISREG(st.st_mode) ? FileType::kFile
+              : S_ISLNK(st.st_mode) ? FileType::kSymlink
+                                    : FileType::kOther;
   info.size = static_cast<uint64_t>(st.st_size);
   info.mode = st.st_mode & 07777;
   info.modified = absl::TimeFromTimespec(st.st_mtim);
@@ -273,8 +289,17 @@ absl::StatusOr<FileInfo> WorkspaceFiles::StatAt(int dirfd, const std::string& na
 absl::StatusOr<FileInfo> WorkspaceFiles::Stat(absl::string_view path) {
   ASSIGN_OR_RETURN(std::string rel, WorkspaceRelativePath(path));
   if (rel.empty()) return StatAt(root_, "", rel);
-  ASSIGN_OR_RETURN(UniqueFd target, Open(rel, O_PATH));  // follows links, inside only
-  return StatAt(target.get(), "", rel);
+  absl::StatusOr<UniqueFd> target = Open(rel, O_PATH);  // follows links, inside only
+  if (target.ok()) return StatAt(target->get(), "", rel);
+  if (!absl::IsNotFound(target.status())) return target.status();
+  // Not there, or a symlink that leads nowhere inside: then the link itself is described, so
+  // that it can be inspected and deleted like any entry a listing shows.
+  auto [parent_rel, name] = SplitParent(rel);
+  absl::StatusOr<UniqueFd> parent = Open(parent_rel, O_PATH | O_DIRECTORY);
+  if (!parent.ok()) return target.status();
+  absl::StatusOr<FileInfo> link = StatAt(parent->get(), name, rel);
+  if (!link.ok() || link->type != FileType::kSymlink) return target.status();
+  return link;
 }
 
 absl::StatusOr<std::vector<FileInfo>> WorkspaceFiles::List(absl::string_view path) {

@@ -15,8 +15,9 @@
 // Symlinks: List reports a symlink itself (lstat), as a non-directory with the link's own size
 // (its target's length) and mode, so a listing shows everything that Remove would have to
 // remove. Stat, ReadFile, WriteFile's parents and List's directory follow symlinks, inside the
-// workspace only: Stat describes what ReadFile would read (a download's Content-Length comes
-// from it), and a link that leads nowhere inside is NotFound.
+// workspace only: Stat describes what ReadFile would read, and a link that leads nowhere inside
+// is described itself (type symlink), so that it can be inspected and removed. Downloads read
+// through one descriptor (OpenRead), never the path again.
 //
 // Thread-safe: no state beyond the constructor's arguments.
 #pragma once
@@ -35,6 +36,9 @@
 
 namespace moat::agent {
 
+// Up to `length` bytes from `offset` of the open file `fd`; past the end: what there is.
+absl::StatusOr<std::string> ReadAt(int fd, uint64_t offset, uint64_t length);
+
 class WorkspaceFiles {
  public:
   // `root` is an O_PATH|O_DIRECTORY descriptor of the workspace, kept open by the caller for as
@@ -44,6 +48,8 @@ class WorkspaceFiles {
   WorkspaceFiles(int root, uid_t owner_uid, gid_t owner_gid,
                  std::string display_root = "/workspace");
 
+  // A regular file opened for reading (anything else is FailedPrecondition).
+  absl::StatusOr<OpenedFile> OpenRead(absl::string_view path);
   // Up to `length` bytes from `offset` of a regular file; past the end: what there is.
   absl::StatusOr<std::string> ReadFile(absl::string_view path, uint64_t offset, uint64_t length);
   // Creates or atomically replaces a file (parents made as by MakeDirectory) with permission
