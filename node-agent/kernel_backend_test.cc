@@ -185,6 +185,61 @@ TEST_F(KernelBackendTest, TimeoutKillsTheCommandTree) {
   EXPECT_TRUE(health->alive);
 }
 
+// Only init is left in the sandbox within a few seconds.
+void ExpectOnlyInitLeft(KernelBackend& backend, const std::string& id) {
+  absl::StatusOr<SandboxHealth> health = backend.Probe(id);
+  ASSERT_TRUE(health.ok());
+  for (int i = 0; i < 150 && health->processes > 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    health = backend.Probe(id);
+  }
+  EXPECT_TRUE(health->alive);
+  if (health->processes == 1) return;
+  ADD_FAILURE() << health->processes << " processes: one of the command outlived its end";
+  Seen ps;
+  ExecRequest request;
+  request.command = "ps -eo pid,ppid,pgid,stat,args";
+  if (backend.Exec(id, request, ps.Callbacks()).ok() && ps.Wait()) {
+    absl::MutexLock l(&ps.mu);
+    ADD_FAILURE() << "left in the sandbox:\n" << ps.out;
+  }
+}
+
+// setsid takes a process out of the command's process group (what a signal used to address);
+// a subshell that exits first orphans it as well. Neither escapes the command's tree.
+TEST_F(KernelBackendTest, TimeoutEndsProcessesThatLeftTheCommandsSession) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-setsid-t")).ok());
+  Seen seen;
+  Exec("sb-setsid-t", "setsid sleep 30 & (setsid sleep 31 &); sleep 30", seen,
+       absl::Milliseconds(500));
+  ASSERT_TRUE(seen.Wait());
+  EXPECT_TRUE(seen.exit.timed_out);
+  ExpectOnlyInitLeft(*backend_, "sb-setsid-t");
+}
+
+TEST_F(KernelBackendTest, InterruptEndsProcessesThatLeftTheCommandsSession) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-setsid-i")).ok());
+  Seen seen;
+  // The second one ignores SIGINT: the kill after the grace must reach it too, although the
+  // shell (ended by SIGINT) is gone by then.
+  std::string cid = Exec("sb-setsid-i",
+                         "setsid sleep 30 & (setsid sh -c \"trap '' INT; sleep 31\" &); "
+                         "echo ready; wait",
+                         seen);
+  for (int i = 0; i < 500; ++i) {
+    {
+      absl::MutexLock l(&seen.mu);
+      if (seen.out == "ready\n") break;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  absl::SleepFor(absl::Milliseconds(100));  // the subshell's sh is running
+  ASSERT_TRUE(backend_->Interrupt("sb-setsid-i", cid, absl::Milliseconds(300)).ok());
+  ASSERT_TRUE(seen.Wait());
+  EXPECT_TRUE(seen.exit.interrupted);
+  ExpectOnlyInitLeft(*backend_, "sb-setsid-i");
+}
+
 TEST_F(KernelBackendTest, InterruptSendsSigintThenKills) {
   ASSERT_TRUE(backend_->Create(Spec("sb-int")).ok());
   Seen polite;
