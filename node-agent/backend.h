@@ -77,6 +77,11 @@ struct ExecExit {
   int signal = 0;          // The signal that ended the command, if any.
   bool timed_out = false;  // Killed because the timeout passed.
   bool interrupted = false;
+  // It failed (non-zero exit or a signal) and the OOM killer ended a process of the sandbox
+  // since the last command that failed: the shell of `sh -c 'python3 ...'` exits 137 when its
+  // python is killed, so the exit status alone does not say it. Commands share the sandbox's
+  // memory limit; the OOM killer's victim may be another command's process.
+  bool oom_killed = false;
   absl::Duration duration;
   std::string error;  // Set if the command could not be started inside the sandbox.
 };

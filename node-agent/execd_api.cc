@@ -253,9 +253,13 @@ void ExecdApi::RegisterCommandRoutes(httplib::Server& s) {
               commands_.Find(req.matches[1].str(), req.matches[2].str());
           if (!command.ok()) return SendStatus(res, command.status());
           CommandStatus status = (*command)->Status();
-          json body = {{"id", status.id},           {"content", status.command},
-                       {"running", status.running}, {"exit_code", nullptr},
-                       {"error", status.error},     {"started_at", FormatApiTime(status.started)},
+          json body = {{"id", status.id},
+                       {"content", status.command},
+                       {"running", status.running},
+                       {"status", StatusName(status)},
+                       {"exit_code", nullptr},
+                       {"error", status.error},
+                       {"started_at", FormatApiTime(status.started)},
                        {"finished_at", nullptr}};
           if (status.exit_code.has_value()) body["exit_code"] = *status.exit_code;
           if (!status.running) body["finished_at"] = FormatApiTime(status.finished);

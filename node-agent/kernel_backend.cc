@@ -121,7 +121,8 @@ struct KernelBackend::Box {
   UniqueFd workspace;  // O_PATH of /workspace inside
   // Held until Destroy has checked nothing is left in it (namespace_ref.h says why).
   NamespaceRef mount_ns;
-  int mounts = 0;  // mount entries of its namespace at start
+  int mounts = 0;               // mount entries of its namespace at start
+  uint64_t oom_kills_seen = 0;  // guarded by mu_: the cgroup's OOM kills already attributed
   std::string record_path;
   uint64_t event_token = 0;  // guarded by mu_
   bool dead = false;         // guarded by mu_: init exited or destroy began
@@ -646,6 +647,15 @@ void KernelBackend::FinishCommand(const std::shared_ptr<Box>& box,
     }
   }
   exit.duration = absl::Now() - command->begin;
+  if (exit.exit_code != 0 || exit.signal != 0) {
+    // Only for failures: the cgroup is read off the warm path.
+    absl::StatusOr<sandbox::CgroupUsage> usage = box->sandbox->cgroup().ReadUsage();
+    absl::MutexLock lock(&mu_);
+    if (usage.ok() && usage->oom_kills > box->oom_kills_seen) {
+      exit.oom_killed = true;
+      box->oom_kills_seen = usage->oom_kills;
+    }
+  }
   absl::MutexLock cb(&command->cb_mu);
   if (command->finished) return;
   command->finished = true;

@@ -240,6 +240,26 @@ TEST_F(KernelBackendTest, InterruptEndsProcessesThatLeftTheCommandsSession) {
   ExpectOnlyInitLeft(*backend_, "sb-setsid-i");
 }
 
+// `sh -c 'python3 ...'` whose python the OOM killer ends exits 137: still oom_killed.
+TEST_F(KernelBackendTest, AnOomKillOfAnyProcessOfAFailedCommandIsReported) {
+  SandboxSpec spec = Spec("sb-oom");
+  spec.limits.memory_bytes = 48 << 20;
+  ASSERT_TRUE(backend_->Create(spec).ok());
+  const std::string hog =
+      "python3 -c 'b = bytearray(128 << 20); b[::4096] = b\"x\" * len(b[::4096])'";
+  Seen oom;
+  Exec("sb-oom", hog + "; exit $?", oom);
+  ASSERT_TRUE(oom.Wait());
+  EXPECT_EQ(oom.exit.exit_code, 137);
+  EXPECT_TRUE(oom.exit.oom_killed);
+  // Attributed once: the next failing command is not blamed for it.
+  Seen plain;
+  Exec("sb-oom", "exit 3", plain);
+  ASSERT_TRUE(plain.Wait());
+  EXPECT_EQ(plain.exit.exit_code, 3);
+  EXPECT_FALSE(plain.exit.oom_killed);
+}
+
 TEST_F(KernelBackendTest, InterruptSendsSigintThenKills) {
   ASSERT_TRUE(backend_->Create(Spec("sb-int")).ok());
   Seen polite;
