@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "node-agent/fake_backend.h"
+#include "node-agent/testing/temp_dir.h"
 
 namespace moat::agent {
 namespace {
@@ -34,7 +35,8 @@ AgentConfig TestConfig(const std::string& policy_path) {
 
 class ServiceTest : public ::testing::Test {
  protected:
-  std::string policy_path_ = std::string(::testing::TempDir()) + "/service_test_policy.yaml";
+  testing::ScopedTempDir dir_;  // First: the config below writes its policy file in it.
+  std::string policy_path_ = dir_.File("service_test_policy.yaml");
   AgentConfig config_ = TestConfig(policy_path_);
   FakeClock clock_;
   FakeBackend backend_;
