@@ -225,7 +225,8 @@ nlohmann::json CleanupJson(const CleanupReport& report) {
 }
 
 std::string ErrorBody(absl::string_view code, absl::string_view message) {
-  json out = {{"error", {{"code", std::string(code)}, {"message", std::string(message)}}}};
+  // Flat, as OpenSandbox's ErrorResponse: their clients read `code` and `message` at the top.
+  json out = {{"code", std::string(code)}, {"message", std::string(message)}};
   // Replace invalid UTF-8 (a message may quote a client's bytes) instead of throwing.
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
 }

@@ -338,11 +338,23 @@ void ExecdApi::RunCommand(const httplib::Request& req, httplib::Response& res) {
 bool ExecdApi::WriteStreamEvents(Stream& stream, httplib::DataSink& sink) {
   if (stopping_) return false;
   Command& command = *stream.command;
-  auto write = [&](json event) {
-    event["timestamp"] = UnixMillis(clock_->Now());
-    std::string text = Event(event);
+  // Events are gathered and written together: a burst of lines is one write, not one each.
+  std::string pending;
+  const int64_t now_ms = UnixMillis(clock_->Now());
+  auto add = [&](json event) {
+    event["timestamp"] = now_ms;
+    pending += Event(event);
+  };
+  auto flush = [&] {
+    if (pending.empty()) return true;
     stream.last_write = absl::Now();
-    return sink.write(text.data(), text.size());
+    bool ok = sink.write(pending.data(), pending.size());
+    pending.clear();
+    return ok;
+  };
+  auto write = [&](json event) {
+    add(std::move(event));
+    return flush();
   };
   if (!stream.init_sent) {
     stream.init_sent = true;
@@ -359,30 +371,30 @@ bool ExecdApi::WriteStreamEvents(Stream& stream, httplib::DataSink& sink) {
       return false;
     }
   }
-  // Consecutive lines of one stream go out as one event.
-  for (size_t i = 0; i < batch.lines.size();) {
-    OutputStream kind = batch.lines[i].stream;
-    std::string text;
-    for (; i < batch.lines.size() && batch.lines[i].stream == kind; ++i) {
-      text += batch.lines[i].text;
-    }
-    stream.consumed_bytes += text.size();
-    if (!write({{"type", kind == OutputStream::kStdout ? "stdout" : "stderr"}, {"text", text}})) {
-      return false;
-    }
+  // One event per line, as execd sends them: the terminator removed, an empty line as "\n"
+  // (their clients add the line breaks back), a partial last line as it is.
+  for (const OutputLine& line : batch.lines) {
+    stream.consumed_bytes += line.text.size();
+    absl::string_view text = line.text;
+    if (absl::ConsumeSuffix(&text, "\n")) absl::ConsumeSuffix(&text, "\r");
+    add({{"type", line.stream == OutputStream::kStdout ? "stdout" : "stderr"},
+         {"text", text.empty() ? std::string("\n") : std::string(text)}});
   }
   if (batch.finished) {
     CommandStatus status = command.Status();
+    // A command that failed ends with execd's error event (CommandExecError, the exit code as
+    // its value) and no execution_complete: their SDK reads execution_complete as success.
     if (std::optional<json> error = ErrorFor(status)) {
-      if (!write({{"type", "error"}, {"error", *error}})) return false;
+      add({{"type", "error"}, {"error", *error}});
+    } else {
+      add({{"type", "execution_complete"},
+           {"execution_time", absl::ToInt64Milliseconds(status.exit.duration)}});
     }
-    if (!write({{"type", "execution_complete"},
-                {"execution_time", absl::ToInt64Milliseconds(status.exit.duration)}})) {
-      return false;
-    }
+    if (!flush()) return false;
     sink.done();
     return true;
   }
+  if (!flush()) return false;
   if (!batch.lines.empty()) return true;
   // Nothing came. A deleted sandbox's backend ends its commands (on_exit); should that not
   // come, the stream ends by itself after gone_grace.
@@ -395,10 +407,7 @@ bool ExecdApi::WriteStreamEvents(Stream& stream, httplib::DataSink& sink) {
                   {"error",
                    {{"ename", "SandboxDeleted"},
                     {"evalue", why},
-                    {"traceback", json::array({why})}}}}) ||
-          !write({{"type", "execution_complete"},
-                  {"execution_time",
-                   absl::ToInt64Milliseconds(clock_->Now() - command.Status().started)}})) {
+                    {"traceback", json::array({why})}}}})) {
         return false;
       }
       sink.done();
@@ -406,7 +415,7 @@ bool ExecdApi::WriteStreamEvents(Stream& stream, httplib::DataSink& sink) {
     }
   }
   if (now - stream.last_write >= options_.keepalive) {
-    if (!write({{"type", "ping"}})) return false;
+    if (!write({{"type", "ping"}, {"text", "pong"}})) return false;
   }
   return sink.is_writable();
 }

@@ -50,7 +50,7 @@ struct ExecdOptions {
   uint64_t max_replace_file_bytes = 16 << 20;  // /files/replace reads the whole file.
   uint64_t download_piece_bytes = 1 << 20;     // Downloads go through ReadFile in such pieces.
   absl::Duration interrupt_grace = absl::Seconds(2);  // SIGINT, then SIGKILL after this.
-  absl::Duration keepalive = absl::Seconds(15);       // A "ping" event on a silent stream.
+  absl::Duration keepalive = absl::Seconds(3);  // A "ping" event on a silent stream (as execd).
   // How often a waiting stream checks that its sandbox still exists, and how long it waits for
   // the exit of a command whose sandbox is gone before it ends the stream itself.
   absl::Duration poll = absl::Milliseconds(250);

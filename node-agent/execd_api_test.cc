@@ -211,22 +211,26 @@ TEST_F(ExecdApiTest, ForegroundCommandStreamsEventsInOrder) {
     process.Stdout("one\n");
     process.Stderr("two\n");
     process.Stdout("thr");
-    process.Stdout("ee\n");
+    process.Stdout("ee\n\nfour\r\nfive\n");
     return 3;
   });
   std::vector<json> events = Run({{"command", "do things"},
                                   {"cwd", "/workspace/sub"},
                                   {"envs", {{"OVERRIDDEN", "request"}, {"EXTRA", "x"}}}});
-  ASSERT_THAT(Types(events),
-              ElementsAre("init", "stdout", "stderr", "stdout", "error", "execution_complete"));
+  // One event per line, terminator removed, a blank line as "\n"; a failure is execd's error
+  // event, with no execution_complete after it.
+  ASSERT_THAT(Types(events), ElementsAre("init", "stdout", "stderr", "stdout", "stdout", "stdout",
+                                         "stdout", "error"));
   std::string command_id = events[0]["text"];
   EXPECT_THAT(command_id, HasSubstr("cmd-"));
-  EXPECT_EQ(events[1]["text"], "one\n");
-  EXPECT_EQ(events[2]["text"], "two\n");
-  EXPECT_EQ(events[3]["text"], "three\n");
-  EXPECT_EQ(events[4]["error"]["ename"], "CommandExecError");
-  EXPECT_EQ(events[4]["error"]["evalue"], "3");
-  EXPECT_TRUE(events[5]["execution_time"].is_number_integer());
+  EXPECT_EQ(events[1]["text"], "one");
+  EXPECT_EQ(events[2]["text"], "two");
+  EXPECT_EQ(events[3]["text"], "three");
+  EXPECT_EQ(events[4]["text"], "\n");
+  EXPECT_EQ(events[5]["text"], "four");
+  EXPECT_EQ(events[6]["text"], "five");
+  EXPECT_EQ(events[7]["error"]["ename"], "CommandExecError");
+  EXPECT_EQ(events[7]["error"]["evalue"], "3");
   for (const json& e : events) EXPECT_EQ(e["timestamp"], absl::ToUnixMillis(clock_.Now()));
 
   EXPECT_EQ(seen.command, "do things");
@@ -240,6 +244,7 @@ TEST_F(ExecdApiTest, ForegroundCommandStreamsEventsInOrder) {
 
   json status = Status(command_id);
   EXPECT_EQ(status["id"], command_id);
+  EXPECT_EQ(status["status"], "exited");
   EXPECT_EQ(status["content"], "do things");
   EXPECT_EQ(status["running"], false);
   EXPECT_EQ(status["exit_code"], 3);
@@ -247,8 +252,9 @@ TEST_F(ExecdApiTest, ForegroundCommandStreamsEventsInOrder) {
 
   // A command that succeeds ends with execution_complete and no error.
   backend_.SetProcessScript(nullptr);
-  EXPECT_THAT(Types(Run({{"command", "echo hi"}})),
-              ElementsAre("init", "stdout", "execution_complete"));
+  std::vector<json> ok = Run({{"command", "echo hi"}});
+  EXPECT_THAT(Types(ok), ElementsAre("init", "stdout", "execution_complete"));
+  EXPECT_TRUE(ok.back()["execution_time"].is_number_integer());
   EXPECT_THAT(metrics_.Serialize(), HasSubstr("moat_command_duration_seconds_count 2"));
 }
 
@@ -350,7 +356,7 @@ TEST_F(ExecdApiTest, TimeoutKillsTheCommand) {
   });
   std::vector<json> events = Run({{"command", "sleep 100"}, {"timeout", 50}});
   EXPECT_EQ(timeout_seen, absl::Milliseconds(50));
-  ASSERT_THAT(Types(events), ElementsAre("init", "stdout", "error", "execution_complete"));
+  ASSERT_THAT(Types(events), ElementsAre("init", "stdout", "error"));
   EXPECT_EQ(events[2]["error"]["ename"], "CommandTimeout");
   EXPECT_EQ(events[2]["error"]["evalue"], "137");
 }
@@ -367,9 +373,9 @@ TEST_F(ExecdApiTest, OutputIsCleanedLikeMoatRunJson) {
   // The partial last line of stdout comes at exit, after stderr's complete line.
   ASSERT_THAT(Types(events),
               ElementsAre("init", "stdout", "stderr", "stdout", "execution_complete"));
-  EXPECT_EQ(events[1]["text"], "red key [REDACTED:aws_access_key]\n");
-  EXPECT_EQ(events[2]["text"], "bell\n");
-  EXPECT_EQ(events[3]["text"], "done");
+  EXPECT_EQ(events[1]["text"], "red key [REDACTED:aws_access_key]");
+  EXPECT_EQ(events[2]["text"], "bell");
+  EXPECT_EQ(events[3]["text"], "done");  // The partial last line, flushed at the end.
   std::string logs =
       Call("GET", "/command/" + events[0]["text"].get<std::string>() + "/logs").second;
   EXPECT_THAT(logs, HasSubstr("[REDACTED:aws_access_key]"));
@@ -640,7 +646,7 @@ TEST_F(ExecdApiTest, ConcurrentCommandsOnOneSandbox) {
         }
         std::vector<json> events = Events(r->body);
         if (Types(events) != std::vector<std::string>{"init", "stdout", "execution_complete"} ||
-            events[1]["text"] != word + "\n") {
+            events[1]["text"] != word) {
           ++failures;
         }
       }
@@ -674,7 +680,7 @@ TEST_F(ExecdApiTest, DeletingTheSandboxEndsItsStreams) {
   EXPECT_EQ(deleted->status, 200) << deleted->body;
   runner.join();
   std::vector<json> events = Events(body);
-  ASSERT_THAT(Types(events), ElementsAre("init", "stdout", "error", "execution_complete"));
+  ASSERT_THAT(Types(events), ElementsAre("init", "stdout", "error"));
   EXPECT_EQ(events[2]["error"]["evalue"], "137");  // Killed by the sandbox's end.
   EXPECT_EQ(execd_.commands().size(), 0u);         // Forgotten with the sandbox.
   auto after =
@@ -703,10 +709,26 @@ TEST_F(ExecdApiTest, AStreamEndsEvenIfTheBackendNeverReportsTheEnd) {
   runner.join();  // Ends after gone_grace, while the command is still "running".
   EXPECT_EQ(backend_.running_processes(), 1);
   std::vector<json> events = Events(body);
-  ASSERT_THAT(Types(events), ElementsAre("init", "stdout", "error", "execution_complete"));
+  ASSERT_THAT(Types(events), ElementsAre("init", "stdout", "error"));
   EXPECT_EQ(events[2]["error"]["ename"], "SandboxDeleted");
   release.Notify();
   ASSERT_TRUE(Eventually([&] { return backend_.running_processes() == 0; }));
+}
+
+// execd's keep-alive: {"type": "ping", "text": "pong"} every 3 s while a command is silent
+// (their smoke test reads a 20 s command's stream with a 10 s read timeout).
+TEST_F(ExecdApiTest, ASilentCommandsStreamCarriesPings) {
+  backend_.SetProcessScript([](const ExecRequest&, FakeProcess& process) {
+    process.WaitEnded(absl::Milliseconds(3500));
+    process.Stdout("done\n");
+    return 0;
+  });
+  std::vector<json> events = Run({{"command", "quiet"}});
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events[1]["type"], "ping");
+  EXPECT_EQ(events[1]["text"], "pong");
+  EXPECT_EQ(events[events.size() - 2]["text"], "done");
+  EXPECT_EQ(events.back()["type"], "execution_complete");
 }
 
 TEST_F(ExecdApiTest, StoppingTheServerEndsStreamsButNotCommands) {

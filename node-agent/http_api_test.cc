@@ -299,7 +299,7 @@ TEST_F(HttpApiTest, BadIdsAreRefused) {
     auto response = Call("GET", path);
     EXPECT_GE(response.first, 400);
     EXPECT_LT(response.first, 500);
-    EXPECT_TRUE(json::parse(response.second, nullptr, false).contains("error")) << response.second;
+    EXPECT_TRUE(json::parse(response.second, nullptr, false).contains("code")) << response.second;
   }
   ExpectError(Call("GET", "/v1/sandboxes/sb-0123456789abcdef"), 404, "NOT_FOUND");
 }

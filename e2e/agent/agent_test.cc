@@ -104,7 +104,7 @@ TEST_F(AgentE2eTest, BadRequestsGetClearErrors) {
   r = fresh()->Post(base + "/command", auth, "{not json", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
-  EXPECT_THAT(r->body, HasSubstr("error"));
+  EXPECT_THAT(r->body, HasSubstr(R"("code":"INVALID_REQUEST")"));  // flat, as execd's ErrorResponse
   r = fresh()->Post(base + "/command", auth, R"({"command": 42})", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400) << r->body;
