@@ -83,7 +83,8 @@ json FileInfoJson(const FileInfo& info) {
 }
 
 // The "path" query parameters (one or more), checked.
-absl::StatusOr<std::vector<std::string>> PathParams(const httplib::Request& req) {
+absl::StatusOr<std::vector<std::string>> PathParams(const httplib::Request& req,
+                                                    const std::map<std::string, std::string>& env) {
   size_t count = req.get_param_value_count("path");
   if (count == 0) return absl::InvalidArgumentError("give at least one ?path=");
   if (count > kMaxPathsPerRequest) {
@@ -92,7 +93,7 @@ absl::StatusOr<std::vector<std::string>> PathParams(const httplib::Request& req)
   }
   std::vector<std::string> out;
   for (size_t i = 0; i < count; ++i) {
-    absl::StatusOr<std::string> path = SandboxPath(req.get_param_value("path", i));
+    absl::StatusOr<std::string> path = SandboxPath(req.get_param_value("path", i), env);
     if (!path.ok()) return path.status();
     out.push_back(*std::move(path));
   }
@@ -181,7 +182,7 @@ void ExecdApi::RegisterFileRoutes(httplib::Server& s) {
   s.Get(Route("/files/info"), [this](const httplib::Request& req, httplib::Response& res) {
     absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
     if (!record.ok()) return SendStatus(res, record.status());
-    absl::StatusOr<std::vector<std::string>> paths = PathParams(req);
+    absl::StatusOr<std::vector<std::string>> paths = PathParams(req, record->env);
     if (!paths.ok()) return SendStatus(res, paths.status());
     json out = json::object();
     for (size_t i = 0; i < paths->size(); ++i) {
@@ -194,7 +195,7 @@ void ExecdApi::RegisterFileRoutes(httplib::Server& s) {
   s.Delete(Route("/files"), [this](const httplib::Request& req, httplib::Response& res) {
     absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
     if (!record.ok()) return SendStatus(res, record.status());
-    absl::StatusOr<std::vector<std::string>> paths = PathParams(req);
+    absl::StatusOr<std::vector<std::string>> paths = PathParams(req, record->env);
     if (!paths.ok()) return SendStatus(res, paths.status());
     for (const std::string& path : *paths) {
       absl::StatusOr<FileInfo> info = backend_->Stat(record->id, path);
@@ -223,9 +224,9 @@ void ExecdApi::RegisterFileRoutes(httplib::Server& s) {
           !item["src"].is_string() || !item["dest"].is_string() || item.size() != 2) {
         return SendError(res, 400, "each item must be {\"src\": path, \"dest\": path}");
       }
-      absl::StatusOr<std::string> src = SandboxPath(item["src"].get<std::string>());
+      absl::StatusOr<std::string> src = SandboxPath(item["src"].get<std::string>(), record->env);
       if (!src.ok()) return SendStatus(res, src.status());
-      absl::StatusOr<std::string> dest = SandboxPath(item["dest"].get<std::string>());
+      absl::StatusOr<std::string> dest = SandboxPath(item["dest"].get<std::string>(), record->env);
       if (!dest.ok()) return SendStatus(res, dest.status());
       moves.emplace_back(*src, *dest);
     }
@@ -269,7 +270,7 @@ void ExecdApi::RegisterFileRoutes(httplib::Server& s) {
           return SendStatus(res, mode.status());
         }
       }
-      absl::StatusOr<std::string> dir = SandboxPath(path);
+      absl::StatusOr<std::string> dir = SandboxPath(path, record->env);
       if (!dir.ok()) return SendStatus(res, dir.status());
       dirs.push_back(*dir);
     }
@@ -283,7 +284,7 @@ void ExecdApi::RegisterFileRoutes(httplib::Server& s) {
   s.Delete(Route("/directories"), [this](const httplib::Request& req, httplib::Response& res) {
     absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
     if (!record.ok()) return SendStatus(res, record.status());
-    absl::StatusOr<std::vector<std::string>> paths = PathParams(req);
+    absl::StatusOr<std::vector<std::string>> paths = PathParams(req, record->env);
     if (!paths.ok()) return SendStatus(res, paths.status());
     for (const std::string& path : *paths) {
       if (path == "/workspace") {
@@ -309,7 +310,7 @@ void ExecdApi::Search(const httplib::Request& req, httplib::Response& res) {
   absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
   if (!record.ok()) return SendStatus(res, record.status());
   if (!req.has_param("path")) return SendError(res, 400, "give the directory: ?path=");
-  absl::StatusOr<std::string> root = SandboxPath(req.get_param_value("path"));
+  absl::StatusOr<std::string> root = SandboxPath(req.get_param_value("path"), record->env);
   if (!root.ok()) return SendStatus(res, root.status());
   std::string pattern = req.has_param("pattern") ? req.get_param_value("pattern") : "**";
   if (pattern.empty() || pattern.size() > kMaxPatternBytes) {
@@ -351,7 +352,7 @@ void ExecdApi::ListDirectory(const httplib::Request& req, httplib::Response& res
   absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
   if (!record.ok()) return SendStatus(res, record.status());
   if (!req.has_param("path")) return SendError(res, 400, "give the directory: ?path=");
-  absl::StatusOr<std::string> root = SandboxPath(req.get_param_value("path"));
+  absl::StatusOr<std::string> root = SandboxPath(req.get_param_value("path"), record->env);
   if (!root.ok()) return SendStatus(res, root.status());
   int depth = 1;
   if (req.has_param("depth") && (!absl::SimpleAtoi(req.get_param_value("depth"), &depth) ||
@@ -429,7 +430,7 @@ void ExecdApi::Upload(const httplib::Request& req, httplib::Response& res) {
     if (!doc->is_object() || !doc->contains("path") || !(*doc)["path"].is_string()) {
       return SendError(res, 400, "each metadata part must be {\"path\": \"/workspace/...\"}");
     }
-    absl::StatusOr<std::string> path = SandboxPath((*doc)["path"].get<std::string>());
+    absl::StatusOr<std::string> path = SandboxPath((*doc)["path"].get<std::string>(), record->env);
     if (!path.ok()) return SendStatus(res, path.status());
     uint32_t mode = 0644;
     if (doc->contains("mode") && !(*doc)["mode"].is_null()) {
@@ -462,7 +463,7 @@ void ExecdApi::Download(const httplib::Request& req, httplib::Response& res) {
   absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
   if (!record.ok()) return SendStatus(res, record.status());
   if (!req.has_param("path")) return SendError(res, 400, "give the file: ?path=");
-  absl::StatusOr<std::string> path = SandboxPath(req.get_param_value("path"));
+  absl::StatusOr<std::string> path = SandboxPath(req.get_param_value("path"), record->env);
   if (!path.ok()) return SendStatus(res, path.status());
   // Opened once: every piece below is read from this descriptor, never by path again, so a
   // file swapped or renamed meanwhile cannot mix two files into one answer.
@@ -570,7 +571,7 @@ void ExecdApi::Replace(const httplib::Request& req, httplib::Response& res) {
                                     "\" must map to {\"old\": non-empty text, \"new\": "
                                     "text}"));
     }
-    absl::StatusOr<std::string> path = SandboxPath(key);
+    absl::StatusOr<std::string> path = SandboxPath(key, record->env);
     if (!path.ok()) return SendStatus(res, path.status());
     items.push_back({key, *path, item["old"].get<std::string>(), item["new"].get<std::string>()});
   }

@@ -575,6 +575,17 @@ TEST_F(ExecdApiTest, PathsOutsideTheWorkspaceAreRefused) {
   EXPECT_EQ(Call("GET", "/files/info?path=/workspace/ok.txt").first, 200);  // Still there.
 }
 
+// "~" and "$VAR" are the sandbox's: HOME (here unset: /workspace) and its create-time env.
+TEST_F(ExecdApiTest, TildeAndVariablesExpandAgainstTheSandboxsEnvironment) {
+  ASSERT_EQ(Upload("~/home.txt", "h"), 200);
+  EXPECT_EQ(Call("GET", "/files/info?path=/workspace/home.txt").first, 200);
+  ASSERT_EQ(Upload("/workspace/f$FROM_SANDBOX.txt", "v"), 200);
+  ASSERT_EQ(Upload("/workspace/g${FROM_SANDBOX}x", "w"), 200);
+  EXPECT_EQ(Call("GET", "/files/download?path=/workspace/f1.txt").second, "v");
+  EXPECT_EQ(Call("GET", "/files/download?path=/workspace/g1x").second, "w");
+  EXPECT_EQ(Call("GET", "/files/download?path=~/home.txt").second, "h");
+}
+
 TEST_F(ExecdApiTest, WrongTokensAreRefused) {
   CreateRequest create;
   create.profile = "default";

@@ -118,7 +118,7 @@ struct KernelBackend::Box {
   SandboxSpec spec;
   sandbox::Limits limits;
   std::unique_ptr<sandbox::LiveSandbox> sandbox;
-  UniqueFd workspace;  // O_PATH of /workspace inside
+  UniqueFd root;  // O_PATH of the sandbox's root, /proc/<init>/root: files resolve inside it
   // Held until Destroy has checked nothing is left in it (namespace_ref.h says why).
   NamespaceRef mount_ns;
   int mounts = 0;               // mount entries of its namespace at start
@@ -225,13 +225,13 @@ pid_t KernelBackend::InitPid(absl::string_view id) const {
   return box.ok() ? (*box)->sandbox->pid() : -1;
 }
 
-absl::StatusOr<UniqueFd> KernelBackend::WorkspaceOf(absl::string_view id) const {
+absl::StatusOr<UniqueFd> KernelBackend::RootOf(absl::string_view id) const {
   absl::MutexLock lock(&mu_);
   auto it = boxes_.find(id);
   if (it == boxes_.end()) return absl::NotFoundError(absl::StrCat("no sandbox \"", id, "\""));
   // A copy: Destroy may close the sandbox's own while a file operation is under way.
-  UniqueFd copy(::fcntl(it->second->workspace.get(), F_DUPFD_CLOEXEC, 0));
-  if (!copy) return ErrnoStatus("duplicate the workspace descriptor");
+  UniqueFd copy(::fcntl(it->second->root.get(), F_DUPFD_CLOEXEC, 0));
+  if (!copy) return ErrnoStatus("duplicate the sandbox root's descriptor");
   return copy;
 }
 
@@ -290,9 +290,9 @@ absl::StatusOr<CreatedSandbox> KernelBackend::Create(const SandboxSpec& spec) {
   auto undo = absl::MakeCleanup([&] { box->sandbox->Destroy(); });
 
   const pid_t init = box->sandbox->pid();
-  box->workspace.reset(::open(absl::StrCat("/proc/", init, "/root/workspace").c_str(),
-                              O_PATH | O_DIRECTORY | O_CLOEXEC));
-  if (!box->workspace) return ErrnoStatus("open the sandbox's /workspace from outside");
+  box->root.reset(
+      ::open(absl::StrCat("/proc/", init, "/root").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!box->root) return ErrnoStatus("open the sandbox's root from outside");
   ASSIGN_OR_RETURN(box->mount_ns, NamespaceRef::Of(init, "mnt"));
   if (absl::StatusOr<std::string> mountinfo =
           cgroupfs::ReadFile(absl::StrCat("/proc/", init, "/mountinfo"));
@@ -362,7 +362,7 @@ absl::StatusOr<CleanupReport> KernelBackend::Destroy(absl::string_view id) {
   // The last reference to the sandbox's mount namespace (and so its /workspace and /tmp).
   {
     absl::MutexLock lock(&mu_);
-    box->workspace.reset();
+    box->root.reset();
   }
   std::vector<pid_t> left = box->mount_ns.Members();
   box->mount_ns.Release();  // Checked: now the kernel may free it, and reuse its number.

@@ -95,8 +95,8 @@ class KernelBackend final : public SandboxBackend {
                 UniqueFd epoll, UniqueFd wake, UniqueFd dev_null);
 
   absl::StatusOr<std::shared_ptr<Box>> Find(absl::string_view id) const;
-  // The sandbox's /workspace (an O_PATH fd), for the file methods.
-  absl::StatusOr<UniqueFd> WorkspaceOf(absl::string_view id) const;
+  // The sandbox's root (an O_PATH fd of /proc/<init>/root), for the file methods.
+  absl::StatusOr<UniqueFd> RootOf(absl::string_view id) const;
   uint64_t AddWatchLocked(int fd, Watch watch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveWatchLocked(uint64_t token, int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Wake();

@@ -415,12 +415,12 @@ TEST_F(KernelBackendTest, FilesAreSharedWithCommandsAndStayInside) {
   absl::StatusOr<std::string> out = backend_->ReadFile("sb-files", "out.txt", 0, 100);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(*out, "made\n");
-  // Links made inside resolve inside: never to the host's /etc/passwd.
-  absl::StatusOr<std::string> leak = backend_->ReadFile("sb-files", "leak", 0, 1 << 20);
-  EXPECT_FALSE(leak.ok() && leak->find("root:x:0:0") != std::string::npos);
-  absl::StatusOr<std::string> leakdir =
-      backend_->ReadFile("sb-files", "leakdir/passwd", 0, 1 << 20);
-  EXPECT_FALSE(leakdir.ok() && leakdir->find("root:x:0:0") != std::string::npos);
+  // Links made inside resolve as the sandbox resolves them: to its own /etc/passwd (its root
+  // here is the host's "/", read-only), whatever "../" they climb.
+  absl::StatusOr<std::string> own = backend_->ReadFile("sb-files", "/etc/passwd", 0, 1 << 20);
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(backend_->ReadFile("sb-files", "leak", 0, 1 << 20).value_or(""), *own);
+  EXPECT_EQ(backend_->ReadFile("sb-files", "leakdir/passwd", 0, 1 << 20).value_or(""), *own);
   EXPECT_EQ(backend_->ReadFile("sb-files", "../etc/passwd", 0, 10).status().code(),
             absl::StatusCode::kInvalidArgument);
   absl::StatusOr<std::vector<FileInfo>> list = backend_->List("sb-files", "/workspace");
@@ -436,6 +436,66 @@ TEST_F(KernelBackendTest, FilesAreSharedWithCommandsAndStayInside) {
   EXPECT_EQ(backend_->WriteFile("sb-files", "big", std::string(20 << 20, 'x'), 0644).code(),
             absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(backend_->Stat("sb-nope", "x").status().code(), absl::StatusCode::kNotFound);
+}
+
+// Files anywhere the sandbox sees, resolved in its root: its /tmp is its own tmpfs, its root is
+// read-only, what the agent hides from it (the state directory) stays hidden, and magic links
+// (/proc/PID/root) lead nowhere.
+TEST_F(KernelBackendTest, FilesAnywhereTheSandboxSeesAndNowhereElse) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-root")).ok());
+  ASSERT_TRUE(backend_->WriteFile("sb-root", "/tmp/api.txt", "to tmp", 0600).ok());
+  Seen seen;
+  Exec("sb-root",
+       "cat /tmp/api.txt; echo; echo cmd > /tmp/cmd.txt; ln -s /proc/1/root /workspace/magic",
+       seen);
+  ASSERT_TRUE(seen.Wait());
+  EXPECT_EQ(seen.out, "to tmp\n");
+  EXPECT_EQ(backend_->ReadFile("sb-root", "/tmp/cmd.txt", 0, 100).value_or(""), "cmd\n");
+  EXPECT_FALSE(std::filesystem::exists("/tmp/api.txt")) << "written to the host's /tmp";
+  // The root is read-only for the sandbox, so for the API too; nothing reaches the host.
+  const std::string marker = "/etc/moat-kernel-backend-test-marker";
+  EXPECT_FALSE(backend_->WriteFile("sb-root", marker, "x", 0644).ok());
+  EXPECT_FALSE(std::filesystem::exists(marker));
+  // The agent's state directory is hidden inside: its records cannot be read through the API.
+  std::ofstream(state_dir_ + "/secret") << "host secret";
+  absl::StatusOr<std::string> secret =
+      backend_->ReadFile("sb-root", state_dir_ + "/secret", 0, 100);
+  EXPECT_FALSE(secret.ok() && *secret == "host secret");
+  EXPECT_FALSE(backend_->ReadFile("sb-root", "/workspace/magic/etc/hostname", 0, 100).ok());
+  // Listing the root shows the sandbox's view.
+  absl::StatusOr<std::vector<FileInfo>> root = backend_->List("sb-root", "/");
+  ASSERT_TRUE(root.ok()) << root.status();
+  std::vector<std::string> names;
+  for (const FileInfo& e : *root) names.push_back(e.path);
+  EXPECT_THAT(names, ::testing::IsSupersetOf({"/tmp", "/workspace", "/etc", "/proc"}));
+}
+
+// A command flips /workspace/d between a directory and a symlink to the host path it would
+// like to reach while the API reads through it: every answer is the sandbox's file or an
+// error, never the host's.
+TEST_F(KernelBackendTest, ADirectoryFlippedWithASymlinkNeverLeadsOut) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-race")).ok());
+  std::ofstream(state_dir_ + "/target") << "host secret";
+  Seen flipper;
+  std::string cid = Exec("sb-race",
+                         "while :; do rm -rf /workspace/d; mkdir /workspace/d; "
+                         "echo inside > /workspace/d/target; rm -rf /workspace/d; ln -s " +
+                             state_dir_ + " /workspace/d; done",
+                         flipper);
+  int inside = 0;
+  for (int i = 0; i < 3000; ++i) {
+    absl::StatusOr<std::string> got = backend_->ReadFile("sb-race", "/workspace/d/target", 0, 100);
+    ASSERT_FALSE(got.ok() && got->find("host secret") != std::string::npos)
+        << "ESCAPED after " << i << " reads";
+    if (got.ok() && *got == "inside\n") ++inside;
+    absl::StatusOr<std::vector<FileInfo>> list = backend_->List("sb-race", "/workspace/d");
+    if (list.ok()) {
+      for (const FileInfo& e : *list) ASSERT_NE(e.path, "/workspace/d/secret");
+    }
+  }
+  EXPECT_GT(inside, 0) << "the race never let a read through: the test proves nothing";
+  ASSERT_TRUE(backend_->Interrupt("sb-race", cid, absl::Milliseconds(100)).ok());
+  ASSERT_TRUE(flipper.Wait());
 }
 
 TEST_F(KernelBackendTest, EgressDecisionsAreObserved) {

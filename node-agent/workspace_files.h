@@ -1,4 +1,6 @@
-// The per-sandbox file API's work: files in a sandbox's /workspace, handled from outside it.
+// The per-sandbox file API's work: files of a sandbox, handled from outside it. The kernel
+// backend uses SandboxRoot (everything the sandbox sees, resolved in /proc/<init>/root); the
+// constructor serves one directory tree alone (a workspace), as the tests and docs below say.
 //
 // The agent runs as host root; the workspace belongs to untrusted code that may change it while
 // we work (swap a directory for a symlink to "/", leave FIFOs, make trees thousands deep). So no
@@ -48,6 +50,13 @@ class WorkspaceFiles {
   WorkspaceFiles(int root, uid_t owner_uid, gid_t owner_gid,
                  std::string display_root = "/workspace");
 
+  // The whole of what a sandbox sees: `root` is an O_PATH descriptor of its root
+  // (/proc/<init>/root), paths are absolute in the sandbox (relative ones under /workspace), and
+  // resolution crosses the sandbox's own mounts (its /tmp and /workspace tmpfs, /proc) as the
+  // kernel would for the sandbox, never out of its root. Writes go where the sandbox's mounts and
+  // permissions let its owner write (a read-only root refuses the rest: EROFS, 403).
+  static WorkspaceFiles SandboxRoot(int root, uid_t owner_uid, gid_t owner_gid);
+
   // A regular file opened for reading (anything else is FailedPrecondition).
   absl::StatusOr<OpenedFile> OpenRead(absl::string_view path);
   // Up to `length` bytes from `offset` of a regular file; past the end: what there is.
@@ -75,10 +84,14 @@ class WorkspaceFiles {
   // A status for a failed step on `rel`, with the contract's code for `errno_value`.
   absl::Status Error(absl::string_view step, absl::string_view rel, int errno_value) const;
 
+  // The path relative to the root this object serves.
+  absl::StatusOr<std::string> Relative(absl::string_view path) const;
+
   const int root_;
   const uid_t owner_uid_;
   const gid_t owner_gid_;
-  const std::string display_root_;
+  const std::string display_root_;  // "" for the sandbox's root: paths are "/" + rel
+  bool whole_root_ = false;
 };
 
 }  // namespace moat::agent
