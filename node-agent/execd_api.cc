@@ -66,7 +66,16 @@ absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body) {
       if (ms > kMaxMs) return Bad(key, "is more than a year; give less");
       if (ms > 0) out.timeout = absl::Milliseconds(static_cast<int64_t>(ms));
     } else if (key == "uid" || key == "gid") {
-      return Bad(key, "is not supported: commands run as the sandbox's own user; leave it out");
+      // Ids inside the sandbox's user namespace, which maps one: 0, the sandbox's root (its
+      // owner's id on the host). Any other id is unmapped: the kernel could not run as it.
+      if (!value.is_number_integer() || (!value.is_number_unsigned() && value.get<int64_t>() < 0)) {
+        return Bad(key, "must be a whole number, an id inside the sandbox");
+      }
+      if (value.get<uint64_t>() != 0) {
+        return Bad(key, absl::StrCat(value.get<uint64_t>(),
+                                     " is not mapped in the sandbox's user namespace, which maps "
+                                     "only 0 (the sandbox's root); give 0 or leave it out"));
+      }
     } else if (key == "envs") {
       if (!value.is_object()) return Bad(key, "must be an object of strings");
       if (value.size() > kMaxEnvEntries) {

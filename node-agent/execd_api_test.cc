@@ -610,15 +610,36 @@ TEST_F(ExecdApiTest, WrongTokensAreRefused) {
   EXPECT_EQ(r->status, 200) << r->body;
 }
 
+// uid and gid are ids inside the sandbox's user namespace: 0 is mapped (its root), others are
+// not (a 400 above).
+TEST_F(ExecdApiTest, TheMappedIdIsAcceptedForCommands) {
+  EXPECT_THAT(Types(Run({{"command", "echo hi"}, {"uid", 0}, {"gid", 0}})),
+              ElementsAre("init", "stdout", "execution_complete"));
+}
+
 TEST_F(ExecdApiTest, MalformedRequestsAre400) {
-  for (std::string body : std::vector<std::string>{
-           "{", "", "[]", "5", R"({"command": 5})", R"({})", R"({"command": "   "})",
-           R"({"command": "x", "timeout": -1})", R"({"command": "x", "timeout": "5"})",
-           R"({"command": "x", "timeout": 1.5})", R"({"command": "x", "background": "yes"})",
-           R"({"command": "x", "envs": {"A": 1}})", R"({"command": "x", "envs": {"A=B": "1"}})",
-           R"({"command": "x", "envs": ["A"]})", R"({"command": "x", "colour": "red"})",
-           R"({"command": "x", "uid": 0})", R"({"command": "a\u0000b"})", "\xff\xfe",
-           std::string(100, '[') + std::string(100, ']')}) {
+  for (std::string body : std::vector<std::string>{"{",
+                                                   "",
+                                                   "[]",
+                                                   "5",
+                                                   R"({"command": 5})",
+                                                   R"({})",
+                                                   R"({"command": "   "})",
+                                                   R"({"command": "x", "timeout": -1})",
+                                                   R"({"command": "x", "timeout": "5"})",
+                                                   R"({"command": "x", "timeout": 1.5})",
+                                                   R"({"command": "x", "background": "yes"})",
+                                                   R"({"command": "x", "envs": {"A": 1}})",
+                                                   R"({"command": "x", "envs": {"A=B": "1"}})",
+                                                   R"({"command": "x", "envs": ["A"]})",
+                                                   R"({"command": "x", "colour": "red"})",
+                                                   R"({"command": "x", "uid": 1000})",
+                                                   R"({"command": "x", "gid": 5})",
+                                                   R"({"command": "x", "uid": -1})",
+                                                   R"({"command": "x", "uid": "0"})",
+                                                   R"({"command": "a\u0000b"})",
+                                                   "\xff\xfe",
+                                                   std::string(100, '[') + std::string(100, ']')}) {
     SCOPED_TRACE(body);
     ExpectError(Call("POST", "/command", body), 400, "INVALID_REQUEST");
   }
