@@ -190,6 +190,8 @@ class SandboxBackend {
   virtual absl::Status MakeDirectory(absl::string_view id, absl::string_view path) = 0;
   // Renames within the workspace; replaces an existing file at `to`.
   virtual absl::Status Move(absl::string_view id, absl::string_view from, absl::string_view to) = 0;
+  // Sets the permission bits (mode & 0777) of what `path` leads to.
+  virtual absl::Status SetMode(absl::string_view id, absl::string_view path, uint32_t mode) = 0;
   // Removes a file, symlink (never what it points to), or a directory with its contents.
   virtual absl::Status Remove(absl::string_view id, absl::string_view path) = 0;
 

@@ -245,11 +245,48 @@ void ExecdApi::RegisterFileRoutes(httplib::Server& s) {
         [this](const httplib::Request& req, httplib::Response& res) { Download(req, res); });
   s.Post(Route("/files/replace"),
          [this](const httplib::Request& req, httplib::Response& res) { Replace(req, res); });
-  s.Post(Route("/files/permissions"), [](const httplib::Request&, httplib::Response& res) {
-    SendError(res, 501,
-              "changing modes, owners or groups is not supported: the agent's backend has no "
-              "such operation; run chmod through POST /command instead",
-              "NOT_IMPLEMENTED");
+  // execd's chmodFiles: path -> {mode, owner, group}. Owner and group are names or ids inside
+  // the sandbox's user namespace, which maps only root (0): another one is a 400.
+  s.Post(Route("/files/permissions"), [this](const httplib::Request& req, httplib::Response& res) {
+    absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
+    if (!record.ok()) return SendStatus(res, record.status());
+    absl::StatusOr<json> doc = ParseBody(req.body);
+    if (!doc.ok()) return SendStatus(res, doc.status());
+    if (!doc->is_object() || doc->empty() || doc->size() > kMaxPathsPerRequest) {
+      return SendError(res, 400,
+                       "the body must be an object of path -> {\"mode\": 755, \"owner\": "
+                       "\"root\", \"group\": \"root\"}");
+    }
+    std::vector<std::pair<std::string, uint32_t>> items;
+    for (const auto& [key, item] : doc->items()) {
+      if (!item.is_object() || !item.contains("mode")) {
+        return SendError(res, 400,
+                         absl::StrCat("\"", key, "\" must map to {\"mode\": octal digits}"));
+      }
+      for (const char* who : {"owner", "group"}) {
+        if (!item.contains(who)) continue;
+        const json& v = item[who];
+        bool mapped = (v.is_string() && (v == "root" || v == "0" || v == "")) ||
+                      (v.is_number_integer() && v == 0);
+        if (!mapped) {
+          return SendError(res, 400,
+                           absl::StrCat("\"", key, "\": ", who, " ", v.dump(),
+                                        " is not mapped in the sandbox's user namespace, which "
+                                        "maps only root (0); give \"root\" or leave it out"));
+        }
+      }
+      absl::StatusOr<uint32_t> mode = ModeFromDigits(item["mode"]);
+      if (!mode.ok()) return SendStatus(res, mode.status());
+      absl::StatusOr<std::string> path = SandboxPath(key, record->env);
+      if (!path.ok()) return SendStatus(res, path.status());
+      items.emplace_back(*path, *mode);
+    }
+    for (const auto& [path, mode] : items) {
+      if (absl::Status s = backend_->SetMode(record->id, path, mode); !s.ok()) {
+        return SendStatus(res, s);
+      }
+    }
+    res.status = 200;
   });
   s.Post(Route("/directories"), [this](const httplib::Request& req, httplib::Response& res) {
     absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);

@@ -532,8 +532,20 @@ TEST_F(ExecdApiTest, ListStatMoveDeleteMkdirSearch) {
   ASSERT_EQ(replace.first, 200) << replace.second;
   EXPECT_EQ(json::parse(replace.second)["/workspace/p/src/main.py"]["replacedCount"], 1);
   EXPECT_EQ(Call("GET", "/files/download?path=p/src/main.py").second, "print(42)\n");
-  ExpectError(Call("POST", "/files/permissions", R"({"/workspace/p": {"mode": 700}})"), 501,
-              "NOT_IMPLEMENTED");
+  // execd's chmodFiles: the mode changes; owner and group must be mapped in the sandbox.
+  auto chmod =
+      Call("POST", "/files/permissions",
+           R"({"/workspace/p/src/main.py": {"mode": 700, "owner": "root", "group": "root"}})");
+  EXPECT_EQ(chmod.first, 200) << chmod.second;
+  json stat_after = json::parse(Call("GET", "/files/info?path=/workspace/p/src/main.py").second);
+  EXPECT_EQ(stat_after["/workspace/p/src/main.py"]["mode"], 700) << stat_after.dump();
+  ExpectError(Call("POST", "/files/permissions",
+                   R"({"/workspace/p/src/main.py": {"mode": 644, "owner": "admin"}})"),
+              400, "INVALID_REQUEST");
+  ExpectError(Call("POST", "/files/permissions", R"({"/workspace/p/src/main.py": {"mode": 9}})"),
+              400, "INVALID_REQUEST");
+  ExpectError(Call("POST", "/files/permissions", R"({"/workspace/nope": {"mode": 644}})"), 404,
+              "NOT_FOUND");
 
   ExpectError(Call("DELETE", "/files?path=/workspace/p/src"), 400, "INVALID_REQUEST");
   EXPECT_EQ(Call("DELETE", "/files?path=/workspace/p/README.md").first, 200);

@@ -336,6 +336,17 @@ absl::Status FakeBackend::MakeDirectory(absl::string_view id, absl::string_view 
   return absl::OkStatus();
 }
 
+absl::Status FakeBackend::SetMode(absl::string_view id, absl::string_view path, uint32_t mode) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Sandbox * box, FindLocked(id));
+  ASSIGN_OR_RETURN(std::string rel, WorkspaceRelativePath(path));
+  if (box->dirs.contains(rel)) return absl::OkStatus();  // The fake keeps no directory modes.
+  auto it = box->files.find(rel);
+  if (it == box->files.end()) return absl::NotFoundError(absl::StrCat("no file \"", path, "\""));
+  it->second.mode = mode & 0777;
+  return absl::OkStatus();
+}
+
 absl::Status FakeBackend::Move(absl::string_view id, absl::string_view from, absl::string_view to) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Sandbox * box, FindLocked(id));

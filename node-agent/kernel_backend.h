@@ -76,6 +76,7 @@ class KernelBackend final : public SandboxBackend {
   absl::StatusOr<std::vector<FileInfo>> List(absl::string_view id, absl::string_view path) override;
   absl::Status MakeDirectory(absl::string_view id, absl::string_view path) override;
   absl::Status Move(absl::string_view id, absl::string_view from, absl::string_view to) override;
+  absl::Status SetMode(absl::string_view id, absl::string_view path, uint32_t mode) override;
   absl::Status Remove(absl::string_view id, absl::string_view path) override;
   absl::StatusOr<SandboxHealth> Probe(absl::string_view id) override;
   absl::Status CheckNode() override;

@@ -78,6 +78,11 @@ absl::Status KernelBackend::Move(absl::string_view id, absl::string_view from,
   return files.Move(from, to);
 }
 
+absl::Status KernelBackend::SetMode(absl::string_view id, absl::string_view path, uint32_t mode) {
+  MOAT_WITH_FILES(id, files);
+  return files.SetMode(path, mode);
+}
+
 absl::Status KernelBackend::Remove(absl::string_view id, absl::string_view path) {
   MOAT_WITH_FILES(id, files);
   return files.Remove(path);

@@ -451,6 +451,8 @@ TEST_F(KernelBackendTest, FilesAnywhereTheSandboxSeesAndNowhereElse) {
   ASSERT_TRUE(seen.Wait());
   EXPECT_EQ(seen.out, "to tmp\n");
   EXPECT_EQ(backend_->ReadFile("sb-root", "/tmp/cmd.txt", 0, 100).value_or(""), "cmd\n");
+  ASSERT_TRUE(backend_->SetMode("sb-root", "/tmp/cmd.txt", 0640).ok());
+  EXPECT_EQ(backend_->Stat("sb-root", "/tmp/cmd.txt")->mode, 0640u);
   EXPECT_FALSE(std::filesystem::exists("/tmp/api.txt")) << "written to the host's /tmp";
   // The root is read-only for the sandbox, so for the API too; nothing reaches the host.
   const std::string marker = "/etc/moat-kernel-backend-test-marker";

@@ -406,6 +406,16 @@ absl::Status WorkspaceFiles::Move(absl::string_view from, absl::string_view to) 
   return absl::OkStatus();
 }
 
+absl::Status WorkspaceFiles::SetMode(absl::string_view path, uint32_t mode) {
+  ASSIGN_OR_RETURN(std::string rel, Relative(path));
+  ASSIGN_OR_RETURN(UniqueFd target, Open(rel, O_PATH));
+  // fchmod refuses an O_PATH descriptor; its /proc/self/fd link names exactly the inode it holds
+  // (resolved already, inside the root), and opening it for reading would need read permission.
+  const std::string via = absl::StrCat("/proc/self/fd/", target.get());
+  if (::chmod(via.c_str(), mode & 0777) != 0) return Error("chmod", rel, errno);
+  return absl::OkStatus();
+}
+
 absl::Status WorkspaceFiles::Remove(absl::string_view path) {
   ASSIGN_OR_RETURN(std::string rel, Relative(path));
   if (rel.empty()) {

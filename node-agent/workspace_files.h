@@ -71,6 +71,9 @@ class WorkspaceFiles {
   absl::Status MakeDirectory(absl::string_view path);
   // Renames within the workspace; replaces a file at `to`, never a directory.
   absl::Status Move(absl::string_view from, absl::string_view to);
+  // chmod of what `path` leads to (followed inside only), with mode & 0777: the agent never
+  // sets set-id or sticky bits.
+  absl::Status SetMode(absl::string_view path, uint32_t mode);
   // Removes a file, symlink, or directory with its contents; never follows a symlink.
   absl::Status Remove(absl::string_view path);
 

@@ -213,6 +213,20 @@ TEST_F(WorkspaceFilesTest, ListReportsSymlinksThemselvesAndStatFollowsThemInside
   EXPECT_EQ((*list)[0].type, FileType::kFile);
 }
 
+TEST_F(WorkspaceFilesTest, SetModeChangesTheBitsOfWhatThePathLeadsTo) {
+  ASSERT_TRUE(files_->WriteFile("x", "x", 0644).ok());
+  fs::create_symlink("x", ws_ + "/to-x");
+  ASSERT_TRUE(files_->SetMode("to-x", 04700).ok());  // set-id bits are dropped
+  struct stat st;
+  ASSERT_EQ(::stat((ws_ + "/x").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  // A link out of the workspace resolves inside it: the host file keeps its mode.
+  fs::create_symlink(base_ + "/host/secret", ws_ + "/out");
+  EXPECT_TRUE(absl::IsNotFound(files_->SetMode("out", 0777)));
+  ASSERT_EQ(::stat((base_ + "/host/secret").c_str(), &st), 0);
+  EXPECT_NE(st.st_mode & 0777, 0777u);
+}
+
 TEST_F(WorkspaceFilesTest, ADanglingSymlinkCanBeInspectedAndRemoved) {
   fs::create_symlink("missing", ws_ + "/dangling");
   fs::create_symlink("../../outside", ws_ + "/climbing");
