@@ -239,6 +239,80 @@ bool ExecdApi::IsUpload(const httplib::Request& req) {
 void ExecdApi::RegisterRoutes(httplib::Server& server) {
   RegisterCommandRoutes(server);
   RegisterFileRoutes(server);
+  RegisterMetricsRoutes(server);
+}
+
+namespace {
+
+// execd's Metrics, for the sandbox (its cgroup's CPU time and memory against its limits, not the
+// node's): cpu_count is its CPU quota in cores, cpu_used_pct the share of one core used since
+// the previous sample (100 = one core busy), memory in MiB.
+json MetricsJson(const SandboxRecord& record, const SandboxHealth& now, double cpu_used_pct,
+                 int64_t timestamp_ms) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  return {{"cpu_count", record.limits.cpus},
+          {"cpu_used_pct", cpu_used_pct},
+          {"mem_total_mib", static_cast<double>(record.limits.memory_bytes) / kMiB},
+          {"mem_used_mib", static_cast<double>(now.memory_bytes) / kMiB},
+          {"timestamp", timestamp_ms}};
+}
+
+double CpuPercent(double cpu_before, absl::Time at_before, double cpu_after, absl::Time at_after) {
+  double wall = absl::ToDoubleSeconds(at_after - at_before);
+  if (wall <= 0 || cpu_after < cpu_before) return 0;
+  return 100.0 * (cpu_after - cpu_before) / wall;
+}
+
+}  // namespace
+
+void ExecdApi::RegisterMetricsRoutes(httplib::Server& s) {
+  // One sample, then another options_.metrics_sample later: a percentage needs an interval.
+  s.Get(Route("/metrics"), [this](const httplib::Request& req, httplib::Response& res) {
+    absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
+    if (!record.ok()) return SendStatus(res, record.status());
+    absl::StatusOr<SandboxHealth> first = backend_->Probe(record->id);
+    if (!first.ok()) return SendStatus(res, first.status());
+    absl::Time first_at = absl::Now();
+    absl::SleepFor(options_.metrics_sample);
+    absl::StatusOr<SandboxHealth> second = backend_->Probe(record->id);
+    if (!second.ok()) return SendStatus(res, second.status());
+    double pct = CpuPercent(first->cpu_seconds, first_at, second->cpu_seconds, absl::Now());
+    SendJson(res, MetricsJson(*record, *second, pct, UnixMillis(clock_->Now())));
+  });
+  // Every options_.metrics_interval (1 s, as execd) until the client goes or the sandbox does.
+  s.Get(Route("/metrics/watch"), [this](const httplib::Request& req, httplib::Response& res) {
+    absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
+    if (!record.ok()) return SendStatus(res, record.status());
+    absl::StatusOr<SandboxHealth> first = backend_->Probe(record->id);
+    if (!first.ok()) return SendStatus(res, first.status());
+    struct Watch {
+      SandboxRecord record;
+      double cpu_seconds;
+      absl::Time at;
+    };
+    auto watch = std::make_shared<Watch>(Watch{*record, first->cpu_seconds, absl::Now()});
+    res.status = 200;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", [this, watch](size_t,
+                                                                        httplib::DataSink& sink) {
+      // Sleeps in small steps so that a stopping server or a gone client ends it soon.
+      for (absl::Time until = watch->at + options_.metrics_interval; absl::Now() < until;) {
+        if (stopping_ || !sink.is_writable()) return false;
+        absl::SleepFor(std::min(options_.poll, until - absl::Now()));
+      }
+      absl::StatusOr<SandboxHealth> now = backend_->Probe(watch->record.id);
+      if (!now.ok()) {
+        sink.done();  // The sandbox is gone: the stream ends.
+        return true;
+      }
+      absl::Time at = absl::Now();
+      double pct = CpuPercent(watch->cpu_seconds, watch->at, now->cpu_seconds, at);
+      watch->cpu_seconds = now->cpu_seconds;
+      watch->at = at;
+      std::string event = Event(MetricsJson(watch->record, *now, pct, UnixMillis(clock_->Now())));
+      return sink.write(event.data(), event.size());
+    });
+  });
 }
 
 void ExecdApi::RegisterCommandRoutes(httplib::Server& s) {

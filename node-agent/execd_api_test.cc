@@ -57,6 +57,8 @@ ExecdOptions TestExecdOptions() {
   options.download_piece_bytes = 4096;  // Many pieces even for small test files.
   options.poll = absl::Milliseconds(20);
   options.gone_grace = absl::Milliseconds(200);
+  options.metrics_sample = absl::Milliseconds(10);
+  options.metrics_interval = absl::Milliseconds(100);
   return options;
 }
 
@@ -596,6 +598,40 @@ TEST_F(ExecdApiTest, TildeAndVariablesExpandAgainstTheSandboxsEnvironment) {
   EXPECT_EQ(Call("GET", "/files/download?path=/workspace/f1.txt").second, "v");
   EXPECT_EQ(Call("GET", "/files/download?path=/workspace/g1x").second, "w");
   EXPECT_EQ(Call("GET", "/files/download?path=~/home.txt").second, "h");
+}
+
+// execd's Metrics, of the sandbox: its CPU quota and memory limit, its cgroup's usage.
+TEST_F(ExecdApiTest, MetricsAndMetricsWatchDescribeTheSandbox) {
+  backend_.SetSandboxUsage(id_, 1.0, 64 << 20);
+  auto [status, body] = Call("GET", "/metrics");
+  ASSERT_EQ(status, 200) << body;
+  json m = json::parse(body);
+  EXPECT_EQ(m["cpu_count"], 2.0);
+  EXPECT_EQ(m["mem_total_mib"], 1024.0);
+  EXPECT_EQ(m["mem_used_mib"], 64.0);
+  EXPECT_EQ(m["cpu_used_pct"], 0.0);  // No CPU time used during the sample.
+  EXPECT_TRUE(m["timestamp"].is_number_integer());
+
+  std::string received;
+  int seen = 0;
+  httplib::Request req;
+  req.method = "GET";
+  req.path = prefix_ + "/metrics/watch";
+  req.headers = Auth();
+  req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+    received.append(data, len);
+    if (seen == 0) backend_.SetSandboxUsage(id_, 2.0, 128 << 20);  // Then one more event.
+    seen = static_cast<int>(Events(received).size());
+    return seen < 2;
+  };
+  httplib::Response res;
+  httplib::Error error;
+  client_->send(req, res, error);  // Ended by the receiver: an error, expected.
+  std::vector<json> events = Events(received);
+  ASSERT_GE(events.size(), 2u) << received;
+  EXPECT_EQ(events[0]["mem_used_mib"], 64.0);
+  EXPECT_EQ(events[1]["mem_used_mib"], 128.0);
+  EXPECT_GT(events[1]["cpu_used_pct"].get<double>(), 0.0);  // A second of CPU in ~0.1 s.
 }
 
 TEST_F(ExecdApiTest, WrongTokensAreRefused) {

@@ -381,7 +381,8 @@ absl::Status FakeBackend::Remove(absl::string_view id, absl::string_view path) {
 absl::StatusOr<SandboxHealth> FakeBackend::Probe(absl::string_view id) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Sandbox * box, FindLocked(id));
-  return SandboxHealth{box->alive, absl::UnixEpoch(), box->alive ? 1 : 0, 0, 0};
+  return SandboxHealth{box->alive, absl::UnixEpoch(), box->alive ? 1 : 0, box->cpu_seconds,
+                       box->memory_bytes};
 }
 
 absl::Status FakeBackend::CheckNode() {
@@ -424,6 +425,14 @@ void FakeBackend::SetAlive(absl::string_view id, bool alive) {
 void FakeBackend::FailNextDestroy(absl::Status status) {
   absl::MutexLock lock(&mu_);
   next_destroy_status_ = std::move(status);
+}
+
+void FakeBackend::SetSandboxUsage(absl::string_view id, double cpu_seconds, uint64_t memory_bytes) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Sandbox*> box = FindLocked(id);
+  if (!box.ok()) return;
+  (*box)->cpu_seconds = cpu_seconds;
+  (*box)->memory_bytes = memory_bytes;
 }
 
 void FakeBackend::AddSpecialFile(absl::string_view id, absl::string_view path) {

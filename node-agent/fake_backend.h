@@ -89,6 +89,8 @@ class FakeBackend final : public SandboxBackend {
   void SetCreateTiming(absl::Duration reported, absl::Duration wait = absl::ZeroDuration());
   // A dead sandbox stays (Destroy still cleans it) but Probe reports alive = false.
   void SetAlive(absl::string_view id, bool alive);
+  // What Probe reports of the sandbox's cgroup.
+  void SetSandboxUsage(absl::string_view id, double cpu_seconds, uint64_t memory_bytes);
   void FailNextDestroy(absl::Status status);
   // The next Destroy that finds its sandbox reports this residue (and forgets the sandbox).
   void SetNextDestroyResidue(std::vector<std::string> residue);
@@ -122,6 +124,8 @@ class FakeBackend final : public SandboxBackend {
     std::set<std::string> dirs;         // Relative paths of directories ("" is the root).
     std::set<std::string> specials;     // Relative paths of FIFOs.
     bool alive = true;
+    double cpu_seconds = 0;
+    uint64_t memory_bytes = 0;
   };
 
   absl::StatusOr<Sandbox*> FindLocked(absl::string_view id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
