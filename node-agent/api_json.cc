@@ -202,6 +202,7 @@ nlohmann::json SandboxJson(const SandboxRecord& r, bool with_token) {
       {"id", r.id},
       {"profile", r.profile},
       {"state", std::string(StateName(r.state))},
+      {"paused", r.paused},
       {"created_at", FormatApiTime(r.created)},
       {"expires_at", FormatApiTime(r.expires_at)},
       {"last_transition_at", FormatApiTime(r.last_transition)},

@@ -195,6 +195,11 @@ class SandboxBackend {
   // Removes a file, symlink (never what it points to), or a directory with its contents.
   virtual absl::Status Remove(absl::string_view id, absl::string_view path) = 0;
 
+  // Freezes every process of the sandbox where it is (cgroup freezer, v1 or v2), or thaws it.
+  // Errors: NotFound, FailedPrecondition (no freezer), Unavailable (did not settle in time).
+  virtual absl::Status Pause(absl::string_view id) = 0;
+  virtual absl::Status Resume(absl::string_view id) = 0;
+
   // Health of one sandbox, read from outside it (its probe and cgroup). Errors: NotFound.
   virtual absl::StatusOr<SandboxHealth> Probe(absl::string_view id) = 0;
 

@@ -50,6 +50,11 @@ inline absl::StatusOr<SandboxRecord> UsableSandbox(const Registry& registry,
     return absl::FailedPreconditionError(absl::StrCat(
         "sandbox ", record->id, " is ", StateName(record->state), "; it takes no requests now"));
   }
+  if (record->paused) {
+    return absl::FailedPreconditionError(absl::StrCat("sandbox ", record->id,
+                                                      " is paused; resume it (POST /v1/sandboxes/",
+                                                      record->id, "/resume) first"));
+  }
   return record;
 }
 

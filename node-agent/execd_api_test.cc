@@ -634,6 +634,28 @@ TEST_F(ExecdApiTest, MetricsAndMetricsWatchDescribeTheSandbox) {
   EXPECT_GT(events[1]["cpu_used_pct"].get<double>(), 0.0);  // A second of CPU in ~0.1 s.
 }
 
+// Pause freezes the sandbox (the backend's freezer); its API refuses work until resume.
+TEST_F(ExecdApiTest, APausedSandboxRefusesWorkUntilResumed) {
+  httplib::Headers node = {{"Authorization", std::string("Bearer ") + kNodeToken}};
+  auto paused = client_->Post("/v1/sandboxes/" + id_ + "/pause", node, "", "application/json");
+  ASSERT_TRUE(paused);
+  ASSERT_EQ(paused->status, 200) << paused->body;
+  EXPECT_EQ(json::parse(paused->body)["paused"], true);
+  EXPECT_TRUE(backend_.Paused(id_));
+  ExpectError(Call("POST", "/command", R"({"command": "echo hi"})"), 409, "CONFLICT");
+  ExpectError(Call("GET", "/files/info?path=/workspace"), 409, "CONFLICT");
+  auto resumed = client_->Post("/v1/sandboxes/" + id_ + "/resume", node, "", "application/json");
+  ASSERT_TRUE(resumed);
+  ASSERT_EQ(resumed->status, 200) << resumed->body;
+  EXPECT_EQ(json::parse(resumed->body)["paused"], false);
+  EXPECT_FALSE(backend_.Paused(id_));
+  EXPECT_THAT(Types(Run({{"command", "echo hi"}})),
+              ElementsAre("init", "stdout", "execution_complete"));
+  auto unknown = client_->Post("/v1/sandboxes/sb-nope/pause", node, "", "application/json");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404);
+}
+
 TEST_F(ExecdApiTest, WrongTokensAreRefused) {
   CreateRequest create;
   create.profile = "default";

@@ -378,6 +378,26 @@ absl::Status FakeBackend::Remove(absl::string_view id, absl::string_view path) {
   return absl::OkStatus();
 }
 
+absl::Status FakeBackend::Pause(absl::string_view id) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Sandbox * box, FindLocked(id));
+  box->paused = true;
+  return absl::OkStatus();
+}
+
+absl::Status FakeBackend::Resume(absl::string_view id) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Sandbox * box, FindLocked(id));
+  box->paused = false;
+  return absl::OkStatus();
+}
+
+bool FakeBackend::Paused(absl::string_view id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sandboxes_.find(id);
+  return it != sandboxes_.end() && it->second.paused;
+}
+
 absl::StatusOr<SandboxHealth> FakeBackend::Probe(absl::string_view id) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Sandbox * box, FindLocked(id));

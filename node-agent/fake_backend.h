@@ -75,6 +75,8 @@ class FakeBackend final : public SandboxBackend {
   absl::Status Move(absl::string_view id, absl::string_view from, absl::string_view to) override;
   absl::Status SetMode(absl::string_view id, absl::string_view path, uint32_t mode) override;
   absl::Status Remove(absl::string_view id, absl::string_view path) override;
+  absl::Status Pause(absl::string_view id) override;
+  absl::Status Resume(absl::string_view id) override;
   absl::StatusOr<SandboxHealth> Probe(absl::string_view id) override;
   absl::Status CheckNode() override;
   NodeUsage Usage() override;
@@ -104,6 +106,7 @@ class FakeBackend final : public SandboxBackend {
   // A FIFO at `path`: Stat describes it (type kOther); ReadFile and OpenFile refuse it.
   void AddSpecialFile(absl::string_view id, absl::string_view path);
   bool Exists(absl::string_view id) const;
+  bool Paused(absl::string_view id) const;
   SandboxSpec SpecOf(absl::string_view id) const;  // Empty spec if unknown.
   int live_sandboxes() const;
   std::vector<std::string> ids() const;  // Of the live sandboxes, sorted.
@@ -124,6 +127,7 @@ class FakeBackend final : public SandboxBackend {
     std::set<std::string> dirs;         // Relative paths of directories ("" is the root).
     std::set<std::string> specials;     // Relative paths of FIFOs.
     bool alive = true;
+    bool paused = false;
     double cpu_seconds = 0;
     uint64_t memory_bytes = 0;
   };

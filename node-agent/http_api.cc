@@ -276,6 +276,18 @@ void HttpApi::Routes() {
            if (!renewed.ok()) return SendStatus(res, renewed.status());
            SendJson(res, 200, {{"id", id}, {"expires_at", FormatApiTime(*renewed)}});
          });
+  for (const char* verb : {"pause", "resume"}) {
+    const bool pause = std::string(verb) == "pause";
+    s.Post(absl::StrCat(R"(/v1/sandboxes/([^/]+)/)", verb),
+           [this, pause](const httplib::Request& req, httplib::Response& res) {
+             std::string id;
+             if (!PathId(req, res, &id)) return;
+             absl::StatusOr<SandboxRecord> record =
+                 pause ? service_->Pause(id) : service_->Resume(id);
+             if (!record.ok()) return SendStatus(res, record.status());
+             SendJson(res, 200, SandboxJson(*record, /*with_token=*/false));
+           });
+  }
   // The per-sandbox API (execd) starts here; its authentication is done by Authorized().
   s.Get(R"(/v1/sandboxes/([^/]+)/execd/ping)",
         [](const httplib::Request&, httplib::Response& res) { res.status = 200; });

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "node-agent/freezer.h"
 #include "node-agent/log.h"
 #include "node-agent/namespace_ref.h"
 #include "sandbox/cgroup_fs.h"
@@ -704,6 +705,16 @@ absl::Duration KernelBackend::EnforceDeadlines() {
   }
   for (const Kill& kill : kills) kill.box->sandbox->SendSignal(kill.seq, SIGKILL).IgnoreError();
   return next == absl::InfiniteFuture() ? absl::InfiniteDuration() : next - now;
+}
+
+absl::Status KernelBackend::Pause(absl::string_view id) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Box> box, Find(id));
+  return SetFrozen(box->sandbox->cgroup().paths(), true);
+}
+
+absl::Status KernelBackend::Resume(absl::string_view id) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Box> box, Find(id));
+  return SetFrozen(box->sandbox->cgroup().paths(), false);
 }
 
 absl::StatusOr<SandboxHealth> KernelBackend::Probe(absl::string_view id) {

@@ -78,6 +78,8 @@ class KernelBackend final : public SandboxBackend {
   absl::Status Move(absl::string_view id, absl::string_view from, absl::string_view to) override;
   absl::Status SetMode(absl::string_view id, absl::string_view path, uint32_t mode) override;
   absl::Status Remove(absl::string_view id, absl::string_view path) override;
+  absl::Status Pause(absl::string_view id) override;
+  absl::Status Resume(absl::string_view id) override;
   absl::StatusOr<SandboxHealth> Probe(absl::string_view id) override;
   absl::Status CheckNode() override;
   NodeUsage Usage() override;

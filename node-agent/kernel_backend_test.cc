@@ -500,6 +500,34 @@ TEST_F(KernelBackendTest, ADirectoryFlippedWithASymlinkNeverLeadsOut) {
   ASSERT_TRUE(flipper.Wait());
 }
 
+// The cgroup freezer (v1 here: this machine kind is hybrid) stops a running command where it is
+// and lets it go on after Resume.
+TEST_F(KernelBackendTest, PauseFreezesTheSandboxAndResumeLetsItGoOn) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-pause")).ok());
+  Seen counting;
+  Exec("sb-pause", "i=0; while [ $i -lt 40 ]; do i=$((i+1)); echo $i; sleep 0.05; done", counting);
+  absl::SleepFor(absl::Milliseconds(300));
+  absl::Status paused = backend_->Pause("sb-pause");
+  if (absl::IsFailedPrecondition(paused)) GTEST_SKIP() << paused;  // no freezer on this host
+  ASSERT_TRUE(paused.ok()) << paused;
+  size_t at_pause;
+  {
+    absl::MutexLock l(&counting.mu);
+    at_pause = counting.out.size();
+  }
+  absl::SleepFor(absl::Milliseconds(500));
+  {
+    absl::MutexLock l(&counting.mu);
+    EXPECT_EQ(counting.out.size(), at_pause) << "output went on while frozen";
+    EXPECT_EQ(counting.exits, 0);
+  }
+  ASSERT_TRUE(backend_->Resume("sb-pause").ok());
+  ASSERT_TRUE(counting.Wait());
+  EXPECT_EQ(counting.exit.exit_code, 0);
+  EXPECT_THAT(counting.out, ::testing::EndsWith("\n40\n"));
+  EXPECT_EQ(backend_->Pause("sb-nope").code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(KernelBackendTest, EgressDecisionsAreObserved) {
   struct Observed {
     absl::Mutex mu;

@@ -215,6 +215,31 @@ void SandboxService::ReportCompromised(absl::string_view id, absl::string_view r
   Recycle(std::string(id)).IgnoreError();
 }
 
+absl::StatusOr<SandboxRecord> SandboxService::Pause(absl::string_view id) {
+  ASSIGN_OR_RETURN(SandboxRecord record, registry_->Get(id));
+  if (record.state != SandboxState::kReady && record.state != SandboxState::kRunning) {
+    return absl::FailedPreconditionError(absl::StrCat("sandbox ", id, " is ",
+                                                      StateName(record.state),
+                                                      "; only a ready or running one can pause"));
+  }
+  RETURN_IF_ERROR(registry_->SetPaused(id, true));  // First: no new command starts meanwhile.
+  if (absl::Status frozen = backend_->Pause(id); !frozen.ok()) {
+    backend_->Resume(id).IgnoreError();
+    registry_->SetPaused(id, false).IgnoreError();
+    return frozen;
+  }
+  LogInfo(absl::StrCat("paused sandbox ", id));
+  return registry_->Get(id);
+}
+
+absl::StatusOr<SandboxRecord> SandboxService::Resume(absl::string_view id) {
+  ASSIGN_OR_RETURN(SandboxRecord record, registry_->Get(id));
+  RETURN_IF_ERROR(backend_->Resume(id));
+  RETURN_IF_ERROR(registry_->SetPaused(id, false));
+  LogInfo(absl::StrCat("resumed sandbox ", id));
+  return registry_->Get(id);
+}
+
 absl::StatusOr<absl::Time> SandboxService::Renew(absl::string_view id, absl::Time expires_at) {
   if (expires_at > clock_->Now() + config_->max_ttl) {
     return absl::InvalidArgumentError(
