@@ -202,6 +202,7 @@ nlohmann::json SandboxJson(const SandboxRecord& r, bool with_token) {
       {"id", r.id},
       {"profile", r.profile},
       {"state", std::string(StateName(r.state))},
+      {"paused", r.paused},
       {"created_at", FormatApiTime(r.created)},
       {"expires_at", FormatApiTime(r.expires_at)},
       {"last_transition_at", FormatApiTime(r.last_transition)},
@@ -225,7 +226,8 @@ nlohmann::json CleanupJson(const CleanupReport& report) {
 }
 
 std::string ErrorBody(absl::string_view code, absl::string_view message) {
-  json out = {{"error", {{"code", std::string(code)}, {"message", std::string(message)}}}};
+  // Flat, as OpenSandbox's ErrorResponse: their clients read `code` and `message` at the top.
+  json out = {{"code", std::string(code)}, {"message", std::string(message)}};
   // Replace invalid UTF-8 (a message may quote a client's bytes) instead of throwing.
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -274,6 +276,8 @@ absl::string_view ErrorCodeFor(int http_status) {
       return "PAYLOAD_TOO_LARGE";
     case 414:
       return "URI_TOO_LONG";
+    case 416:
+      return "RANGE_NOT_SATISFIABLE";
     case 429:
       return "RESOURCE_EXHAUSTED";
     case 503:

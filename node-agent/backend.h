@@ -27,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "node-agent/limits.h"
+#include "sandbox/util/unique_fd.h"
 
 namespace moat::agent {
 
@@ -76,6 +77,11 @@ struct ExecExit {
   int signal = 0;          // The signal that ended the command, if any.
   bool timed_out = false;  // Killed because the timeout passed.
   bool interrupted = false;
+  // It failed (non-zero exit or a signal) and the OOM killer ended a process of the sandbox
+  // since the last command that failed: the shell of `sh -c 'python3 ...'` exits 137 when its
+  // python is killed, so the exit status alone does not say it. Commands share the sandbox's
+  // memory limit; the OOM killer's victim may be another command's process.
+  bool oom_killed = false;
   absl::Duration duration;
   std::string error;  // Set if the command could not be started inside the sandbox.
 };
@@ -89,13 +95,25 @@ struct ExecCallbacks {
   std::function<void(const ExecExit& exit)> on_exit;
 };
 
+// What an entry is. kSymlink only where a link itself is described: List (which never follows
+// links) and Stat of a link that leads nowhere.
+enum class FileType { kFile, kDirectory, kSymlink, kOther /* FIFO, socket, device */ };
+
 // One entry of a directory listing or a stat; `path` is the path inside the sandbox.
 struct FileInfo {
   std::string path;
-  bool is_dir = false;
+  bool is_dir = false;  // type == kDirectory
   uint64_t size = 0;
   uint32_t mode = 0;  // Permission bits (07777).
   absl::Time modified;
+  FileType type = FileType::kFile;
+};
+
+// A regular file opened for reading, once: a download or a replace reads all of it through this
+// descriptor, so a file renamed or swapped meanwhile cannot mix two files into one answer.
+struct OpenedFile {
+  UniqueFd fd;    // Read-only; read it with pread.
+  FileInfo info;  // Of the opened file.
 };
 
 struct SandboxHealth {
@@ -156,12 +174,15 @@ class SandboxBackend {
   // (workspace quota).
   //
   // ReadFile reads up to `length` bytes from `offset` (for HTTP Range); a read past the end
-  // returns what there is (maybe nothing).
+  // returns what there is (maybe nothing). OpenFile opens a regular file for reading; both refuse
+  // anything else (FailedPrecondition: a directory, FIFO, socket or device).
   virtual absl::StatusOr<std::string> ReadFile(absl::string_view id, absl::string_view path,
                                                uint64_t offset, uint64_t length) = 0;
+  virtual absl::StatusOr<OpenedFile> OpenFile(absl::string_view id, absl::string_view path) = 0;
   // Creates or replaces a file (parent directories are created) with `mode` permission bits.
   virtual absl::Status WriteFile(absl::string_view id, absl::string_view path,
                                  absl::string_view data, uint32_t mode) = 0;
+  // Follows symlinks (inside the sandbox); a link that leads nowhere is described itself.
   virtual absl::StatusOr<FileInfo> Stat(absl::string_view id, absl::string_view path) = 0;
   // The entries directly in a directory, sorted by path.
   virtual absl::StatusOr<std::vector<FileInfo>> List(absl::string_view id,
@@ -169,8 +190,15 @@ class SandboxBackend {
   virtual absl::Status MakeDirectory(absl::string_view id, absl::string_view path) = 0;
   // Renames within the workspace; replaces an existing file at `to`.
   virtual absl::Status Move(absl::string_view id, absl::string_view from, absl::string_view to) = 0;
-  // Removes a file, or a directory with its contents.
+  // Sets the permission bits (mode & 0777) of what `path` leads to.
+  virtual absl::Status SetMode(absl::string_view id, absl::string_view path, uint32_t mode) = 0;
+  // Removes a file, symlink (never what it points to), or a directory with its contents.
   virtual absl::Status Remove(absl::string_view id, absl::string_view path) = 0;
+
+  // Freezes every process of the sandbox where it is (cgroup freezer, v1 or v2), or thaws it.
+  // Errors: NotFound, FailedPrecondition (no freezer), Unavailable (did not settle in time).
+  virtual absl::Status Pause(absl::string_view id) = 0;
+  virtual absl::Status Resume(absl::string_view id) = 0;
 
   // Health of one sandbox, read from outside it (its probe and cgroup). Errors: NotFound.
   virtual absl::StatusOr<SandboxHealth> Probe(absl::string_view id) = 0;

@@ -133,6 +133,11 @@ void Command::Finish(const ExecExit& exit, absl::Time now) {
   status_.exit = exit;
   if (!exit.error.empty()) {
     status_.error = exit.error;
+  } else if (exit.oom_killed) {
+    status_.exit_code = exit.signal != 0 ? 128 + exit.signal : exit.exit_code;
+    status_.error =
+        "killed by the OOM killer: the sandbox went over its memory limit (exit status " +
+        std::to_string(*status_.exit_code) + ")";
   } else if (exit.signal != 0) {
     status_.exit_code = 128 + exit.signal;
     status_.error = exit.timed_out     ? "timed out: killed when its timeout passed"
@@ -142,6 +147,16 @@ void Command::Finish(const ExecExit& exit, absl::Time now) {
     status_.exit_code = exit.exit_code;
     if (exit.timed_out) status_.error = "timed out";
   }
+}
+
+std::string StatusName(const CommandStatus& status) {
+  if (status.running) return "running";
+  if (!status.exit_code.has_value()) return "failed_to_start";
+  if (status.exit.oom_killed) return "oom_killed";
+  if (status.exit.timed_out) return "timed_out";
+  if (status.exit.interrupted) return "interrupted";
+  if (status.exit.signal != 0) return "signaled";
+  return "exited";
 }
 
 void Command::FailToStart(absl::string_view error, absl::Time now) {

@@ -181,5 +181,22 @@ TEST(CommandTableTest, LimitsRunningCommandsPerSandbox) {
   EXPECT_TRUE(table.Add("sb-b", "c", false).ok());
 }
 
+TEST(CommandStatusTest, StatusNamesWhatEndedIt) {
+  CommandStatus status;
+  EXPECT_EQ(StatusName(status), "running");
+  status.running = false;
+  EXPECT_EQ(StatusName(status), "failed_to_start");
+  status.exit_code = 137;
+  EXPECT_EQ(StatusName(status), "exited");
+  status.exit.signal = 9;
+  EXPECT_EQ(StatusName(status), "signaled");
+  status.exit.interrupted = true;
+  EXPECT_EQ(StatusName(status), "interrupted");
+  status.exit.timed_out = true;
+  EXPECT_EQ(StatusName(status), "timed_out");
+  status.exit.oom_killed = true;
+  EXPECT_EQ(StatusName(status), "oom_killed");
+}
+
 }  // namespace
 }  // namespace moat::agent

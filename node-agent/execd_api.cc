@@ -66,7 +66,16 @@ absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body) {
       if (ms > kMaxMs) return Bad(key, "is more than a year; give less");
       if (ms > 0) out.timeout = absl::Milliseconds(static_cast<int64_t>(ms));
     } else if (key == "uid" || key == "gid") {
-      return Bad(key, "is not supported: commands run as the sandbox's own user; leave it out");
+      // Ids inside the sandbox's user namespace, which maps one: 0, the sandbox's root (its
+      // owner's id on the host). Any other id is unmapped: the kernel could not run as it.
+      if (!value.is_number_integer() || (!value.is_number_unsigned() && value.get<int64_t>() < 0)) {
+        return Bad(key, "must be a whole number, an id inside the sandbox");
+      }
+      if (value.get<uint64_t>() != 0) {
+        return Bad(key, absl::StrCat(value.get<uint64_t>(),
+                                     " is not mapped in the sandbox's user namespace, which maps "
+                                     "only 0 (the sandbox's root); give 0 or leave it out"));
+      }
     } else if (key == "envs") {
       if (!value.is_object()) return Bad(key, "must be an object of strings");
       if (value.size() > kMaxEnvEntries) {
@@ -230,6 +239,80 @@ bool ExecdApi::IsUpload(const httplib::Request& req) {
 void ExecdApi::RegisterRoutes(httplib::Server& server) {
   RegisterCommandRoutes(server);
   RegisterFileRoutes(server);
+  RegisterMetricsRoutes(server);
+}
+
+namespace {
+
+// execd's Metrics, for the sandbox (its cgroup's CPU time and memory against its limits, not the
+// node's): cpu_count is its CPU quota in cores, cpu_used_pct the share of one core used since
+// the previous sample (100 = one core busy), memory in MiB.
+json MetricsJson(const SandboxRecord& record, const SandboxHealth& now, double cpu_used_pct,
+                 int64_t timestamp_ms) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  return {{"cpu_count", record.limits.cpus},
+          {"cpu_used_pct", cpu_used_pct},
+          {"mem_total_mib", static_cast<double>(record.limits.memory_bytes) / kMiB},
+          {"mem_used_mib", static_cast<double>(now.memory_bytes) / kMiB},
+          {"timestamp", timestamp_ms}};
+}
+
+double CpuPercent(double cpu_before, absl::Time at_before, double cpu_after, absl::Time at_after) {
+  double wall = absl::ToDoubleSeconds(at_after - at_before);
+  if (wall <= 0 || cpu_after < cpu_before) return 0;
+  return 100.0 * (cpu_after - cpu_before) / wall;
+}
+
+}  // namespace
+
+void ExecdApi::RegisterMetricsRoutes(httplib::Server& s) {
+  // One sample, then another options_.metrics_sample later: a percentage needs an interval.
+  s.Get(Route("/metrics"), [this](const httplib::Request& req, httplib::Response& res) {
+    absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
+    if (!record.ok()) return SendStatus(res, record.status());
+    absl::StatusOr<SandboxHealth> first = backend_->Probe(record->id);
+    if (!first.ok()) return SendStatus(res, first.status());
+    absl::Time first_at = absl::Now();
+    absl::SleepFor(options_.metrics_sample);
+    absl::StatusOr<SandboxHealth> second = backend_->Probe(record->id);
+    if (!second.ok()) return SendStatus(res, second.status());
+    double pct = CpuPercent(first->cpu_seconds, first_at, second->cpu_seconds, absl::Now());
+    SendJson(res, MetricsJson(*record, *second, pct, UnixMillis(clock_->Now())));
+  });
+  // Every options_.metrics_interval (1 s, as execd) until the client goes or the sandbox does.
+  s.Get(Route("/metrics/watch"), [this](const httplib::Request& req, httplib::Response& res) {
+    absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
+    if (!record.ok()) return SendStatus(res, record.status());
+    absl::StatusOr<SandboxHealth> first = backend_->Probe(record->id);
+    if (!first.ok()) return SendStatus(res, first.status());
+    struct Watch {
+      SandboxRecord record;
+      double cpu_seconds;
+      absl::Time at;
+    };
+    auto watch = std::make_shared<Watch>(Watch{*record, first->cpu_seconds, absl::Now()});
+    res.status = 200;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", [this, watch](size_t,
+                                                                        httplib::DataSink& sink) {
+      // Sleeps in small steps so that a stopping server or a gone client ends it soon.
+      for (absl::Time until = watch->at + options_.metrics_interval; absl::Now() < until;) {
+        if (stopping_ || !sink.is_writable()) return false;
+        absl::SleepFor(std::min(options_.poll, until - absl::Now()));
+      }
+      absl::StatusOr<SandboxHealth> now = backend_->Probe(watch->record.id);
+      if (!now.ok()) {
+        sink.done();  // The sandbox is gone: the stream ends.
+        return true;
+      }
+      absl::Time at = absl::Now();
+      double pct = CpuPercent(watch->cpu_seconds, watch->at, now->cpu_seconds, at);
+      watch->cpu_seconds = now->cpu_seconds;
+      watch->at = at;
+      std::string event = Event(MetricsJson(watch->record, *now, pct, UnixMillis(clock_->Now())));
+      return sink.write(event.data(), event.size());
+    });
+  });
 }
 
 void ExecdApi::RegisterCommandRoutes(httplib::Server& s) {
@@ -253,9 +336,13 @@ void ExecdApi::RegisterCommandRoutes(httplib::Server& s) {
               commands_.Find(req.matches[1].str(), req.matches[2].str());
           if (!command.ok()) return SendStatus(res, command.status());
           CommandStatus status = (*command)->Status();
-          json body = {{"id", status.id},           {"content", status.command},
-                       {"running", status.running}, {"exit_code", nullptr},
-                       {"error", status.error},     {"started_at", FormatApiTime(status.started)},
+          json body = {{"id", status.id},
+                       {"content", status.command},
+                       {"running", status.running},
+                       {"status", StatusName(status)},
+                       {"exit_code", nullptr},
+                       {"error", status.error},
+                       {"started_at", FormatApiTime(status.started)},
                        {"finished_at", nullptr}};
           if (status.exit_code.has_value()) body["exit_code"] = *status.exit_code;
           if (!status.running) body["finished_at"] = FormatApiTime(status.finished);
@@ -334,11 +421,23 @@ void ExecdApi::RunCommand(const httplib::Request& req, httplib::Response& res) {
 bool ExecdApi::WriteStreamEvents(Stream& stream, httplib::DataSink& sink) {
   if (stopping_) return false;
   Command& command = *stream.command;
-  auto write = [&](json event) {
-    event["timestamp"] = UnixMillis(clock_->Now());
-    std::string text = Event(event);
+  // Events are gathered and written together: a burst of lines is one write, not one each.
+  std::string pending;
+  const int64_t now_ms = UnixMillis(clock_->Now());
+  auto add = [&](json event) {
+    event["timestamp"] = now_ms;
+    pending += Event(event);
+  };
+  auto flush = [&] {
+    if (pending.empty()) return true;
     stream.last_write = absl::Now();
-    return sink.write(text.data(), text.size());
+    bool ok = sink.write(pending.data(), pending.size());
+    pending.clear();
+    return ok;
+  };
+  auto write = [&](json event) {
+    add(std::move(event));
+    return flush();
   };
   if (!stream.init_sent) {
     stream.init_sent = true;
@@ -355,30 +454,30 @@ bool ExecdApi::WriteStreamEvents(Stream& stream, httplib::DataSink& sink) {
       return false;
     }
   }
-  // Consecutive lines of one stream go out as one event.
-  for (size_t i = 0; i < batch.lines.size();) {
-    OutputStream kind = batch.lines[i].stream;
-    std::string text;
-    for (; i < batch.lines.size() && batch.lines[i].stream == kind; ++i) {
-      text += batch.lines[i].text;
-    }
-    stream.consumed_bytes += text.size();
-    if (!write({{"type", kind == OutputStream::kStdout ? "stdout" : "stderr"}, {"text", text}})) {
-      return false;
-    }
+  // One event per line, as execd sends them: the terminator removed, an empty line as "\n"
+  // (their clients add the line breaks back), a partial last line as it is.
+  for (const OutputLine& line : batch.lines) {
+    stream.consumed_bytes += line.text.size();
+    absl::string_view text = line.text;
+    if (absl::ConsumeSuffix(&text, "\n")) absl::ConsumeSuffix(&text, "\r");
+    add({{"type", line.stream == OutputStream::kStdout ? "stdout" : "stderr"},
+         {"text", text.empty() ? std::string("\n") : std::string(text)}});
   }
   if (batch.finished) {
     CommandStatus status = command.Status();
+    // A command that failed ends with execd's error event (CommandExecError, the exit code as
+    // its value) and no execution_complete: their SDK reads execution_complete as success.
     if (std::optional<json> error = ErrorFor(status)) {
-      if (!write({{"type", "error"}, {"error", *error}})) return false;
+      add({{"type", "error"}, {"error", *error}});
+    } else {
+      add({{"type", "execution_complete"},
+           {"execution_time", absl::ToInt64Milliseconds(status.exit.duration)}});
     }
-    if (!write({{"type", "execution_complete"},
-                {"execution_time", absl::ToInt64Milliseconds(status.exit.duration)}})) {
-      return false;
-    }
+    if (!flush()) return false;
     sink.done();
     return true;
   }
+  if (!flush()) return false;
   if (!batch.lines.empty()) return true;
   // Nothing came. A deleted sandbox's backend ends its commands (on_exit); should that not
   // come, the stream ends by itself after gone_grace.
@@ -391,10 +490,7 @@ bool ExecdApi::WriteStreamEvents(Stream& stream, httplib::DataSink& sink) {
                   {"error",
                    {{"ename", "SandboxDeleted"},
                     {"evalue", why},
-                    {"traceback", json::array({why})}}}}) ||
-          !write({{"type", "execution_complete"},
-                  {"execution_time",
-                   absl::ToInt64Milliseconds(clock_->Now() - command.Status().started)}})) {
+                    {"traceback", json::array({why})}}}})) {
         return false;
       }
       sink.done();
@@ -402,7 +498,7 @@ bool ExecdApi::WriteStreamEvents(Stream& stream, httplib::DataSink& sink) {
     }
   }
   if (now - stream.last_write >= options_.keepalive) {
-    if (!write({{"type", "ping"}})) return false;
+    if (!write({{"type", "ping"}, {"text", "pong"}})) return false;
   }
   return sink.is_writable();
 }

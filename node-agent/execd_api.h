@@ -49,8 +49,10 @@ struct ExecdOptions {
   int max_list_depth = 32;
   uint64_t max_replace_file_bytes = 16 << 20;  // /files/replace reads the whole file.
   uint64_t download_piece_bytes = 1 << 20;     // Downloads go through ReadFile in such pieces.
-  absl::Duration interrupt_grace = absl::Seconds(2);  // SIGINT, then SIGKILL after this.
-  absl::Duration keepalive = absl::Seconds(15);       // A "ping" event on a silent stream.
+  absl::Duration interrupt_grace = absl::Seconds(2);        // SIGINT, then SIGKILL after this.
+  absl::Duration metrics_sample = absl::Milliseconds(100);  // GET /metrics: CPU over this long.
+  absl::Duration metrics_interval = absl::Seconds(1);       // /metrics/watch: one event each.
+  absl::Duration keepalive = absl::Seconds(3);  // A "ping" event on a silent stream (as execd).
   // How often a waiting stream checks that its sandbox still exists, and how long it waits for
   // the exit of a command whose sandbox is gone before it ends the stream itself.
   absl::Duration poll = absl::Milliseconds(250);
@@ -90,6 +92,7 @@ class ExecdApi {
 
   void RegisterCommandRoutes(httplib::Server& server);
   void RegisterFileRoutes(httplib::Server& server);  // In execd_api_files.cc.
+  void RegisterMetricsRoutes(httplib::Server& server);
   void RunCommand(const httplib::Request& req, httplib::Response& res);
   void Download(const httplib::Request& req, httplib::Response& res);
   void Upload(const httplib::Request& req, httplib::Response& res);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "absl/strings/strip.h"
 #include "node-agent/execd_api.h"
 #include "node-agent/execd_api_internal.h"
+#include "node-agent/workspace_files.h"
 
 namespace moat::agent {
 namespace {
@@ -52,11 +54,26 @@ absl::StatusOr<uint32_t> ModeFromDigits(const json& value) {
   return mode;
 }
 
+const char* TypeName(const FileInfo& info) {
+  if (info.is_dir) return "directory";
+  switch (info.type) {
+    case FileType::kFile:
+      return "file";
+    case FileType::kDirectory:
+      return "directory";
+    case FileType::kSymlink:
+      return "symlink";
+    case FileType::kOther:
+      break;
+  }
+  return "other";
+}
+
 // FileInfo of the spec. The backend knows no owner, group or creation time: owner and group
 // are empty and created_at is the modification time.
 json FileInfoJson(const FileInfo& info) {
   return {{"path", info.path},
-          {"type", info.is_dir ? "directory" : "file"},
+          {"type", TypeName(info)},
           {"size", info.size},
           {"modified_at", FormatApiTime(info.modified)},
           {"created_at", FormatApiTime(info.modified)},
@@ -66,7 +83,8 @@ json FileInfoJson(const FileInfo& info) {
 }
 
 // The "path" query parameters (one or more), checked.
-absl::StatusOr<std::vector<std::string>> PathParams(const httplib::Request& req) {
+absl::StatusOr<std::vector<std::string>> PathParams(const httplib::Request& req,
+                                                    const std::map<std::string, std::string>& env) {
   size_t count = req.get_param_value_count("path");
   if (count == 0) return absl::InvalidArgumentError("give at least one ?path=");
   if (count > kMaxPathsPerRequest) {
@@ -75,7 +93,7 @@ absl::StatusOr<std::vector<std::string>> PathParams(const httplib::Request& req)
   }
   std::vector<std::string> out;
   for (size_t i = 0; i < count; ++i) {
-    absl::StatusOr<std::string> path = SandboxPath(req.get_param_value("path", i));
+    absl::StatusOr<std::string> path = SandboxPath(req.get_param_value("path", i), env);
     if (!path.ok()) return path.status();
     out.push_back(*std::move(path));
   }
@@ -164,7 +182,7 @@ void ExecdApi::RegisterFileRoutes(httplib::Server& s) {
   s.Get(Route("/files/info"), [this](const httplib::Request& req, httplib::Response& res) {
     absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
     if (!record.ok()) return SendStatus(res, record.status());
-    absl::StatusOr<std::vector<std::string>> paths = PathParams(req);
+    absl::StatusOr<std::vector<std::string>> paths = PathParams(req, record->env);
     if (!paths.ok()) return SendStatus(res, paths.status());
     json out = json::object();
     for (size_t i = 0; i < paths->size(); ++i) {
@@ -177,7 +195,7 @@ void ExecdApi::RegisterFileRoutes(httplib::Server& s) {
   s.Delete(Route("/files"), [this](const httplib::Request& req, httplib::Response& res) {
     absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
     if (!record.ok()) return SendStatus(res, record.status());
-    absl::StatusOr<std::vector<std::string>> paths = PathParams(req);
+    absl::StatusOr<std::vector<std::string>> paths = PathParams(req, record->env);
     if (!paths.ok()) return SendStatus(res, paths.status());
     for (const std::string& path : *paths) {
       absl::StatusOr<FileInfo> info = backend_->Stat(record->id, path);
@@ -206,9 +224,9 @@ void ExecdApi::RegisterFileRoutes(httplib::Server& s) {
           !item["src"].is_string() || !item["dest"].is_string() || item.size() != 2) {
         return SendError(res, 400, "each item must be {\"src\": path, \"dest\": path}");
       }
-      absl::StatusOr<std::string> src = SandboxPath(item["src"].get<std::string>());
+      absl::StatusOr<std::string> src = SandboxPath(item["src"].get<std::string>(), record->env);
       if (!src.ok()) return SendStatus(res, src.status());
-      absl::StatusOr<std::string> dest = SandboxPath(item["dest"].get<std::string>());
+      absl::StatusOr<std::string> dest = SandboxPath(item["dest"].get<std::string>(), record->env);
       if (!dest.ok()) return SendStatus(res, dest.status());
       moves.emplace_back(*src, *dest);
     }
@@ -227,11 +245,48 @@ void ExecdApi::RegisterFileRoutes(httplib::Server& s) {
         [this](const httplib::Request& req, httplib::Response& res) { Download(req, res); });
   s.Post(Route("/files/replace"),
          [this](const httplib::Request& req, httplib::Response& res) { Replace(req, res); });
-  s.Post(Route("/files/permissions"), [](const httplib::Request&, httplib::Response& res) {
-    SendError(res, 501,
-              "changing modes, owners or groups is not supported: the agent's backend has no "
-              "such operation; run chmod through POST /command instead",
-              "NOT_IMPLEMENTED");
+  // execd's chmodFiles: path -> {mode, owner, group}. Owner and group are names or ids inside
+  // the sandbox's user namespace, which maps only root (0): another one is a 400.
+  s.Post(Route("/files/permissions"), [this](const httplib::Request& req, httplib::Response& res) {
+    absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
+    if (!record.ok()) return SendStatus(res, record.status());
+    absl::StatusOr<json> doc = ParseBody(req.body);
+    if (!doc.ok()) return SendStatus(res, doc.status());
+    if (!doc->is_object() || doc->empty() || doc->size() > kMaxPathsPerRequest) {
+      return SendError(res, 400,
+                       "the body must be an object of path -> {\"mode\": 755, \"owner\": "
+                       "\"root\", \"group\": \"root\"}");
+    }
+    std::vector<std::pair<std::string, uint32_t>> items;
+    for (const auto& [key, item] : doc->items()) {
+      if (!item.is_object() || !item.contains("mode")) {
+        return SendError(res, 400,
+                         absl::StrCat("\"", key, "\" must map to {\"mode\": octal digits}"));
+      }
+      for (const char* who : {"owner", "group"}) {
+        if (!item.contains(who)) continue;
+        const json& v = item[who];
+        bool mapped = (v.is_string() && (v == "root" || v == "0" || v == "")) ||
+                      (v.is_number_integer() && v == 0);
+        if (!mapped) {
+          return SendError(res, 400,
+                           absl::StrCat("\"", key, "\": ", who, " ", v.dump(),
+                                        " is not mapped in the sandbox's user namespace, which "
+                                        "maps only root (0); give \"root\" or leave it out"));
+        }
+      }
+      absl::StatusOr<uint32_t> mode = ModeFromDigits(item["mode"]);
+      if (!mode.ok()) return SendStatus(res, mode.status());
+      absl::StatusOr<std::string> path = SandboxPath(key, record->env);
+      if (!path.ok()) return SendStatus(res, path.status());
+      items.emplace_back(*path, *mode);
+    }
+    for (const auto& [path, mode] : items) {
+      if (absl::Status s = backend_->SetMode(record->id, path, mode); !s.ok()) {
+        return SendStatus(res, s);
+      }
+    }
+    res.status = 200;
   });
   s.Post(Route("/directories"), [this](const httplib::Request& req, httplib::Response& res) {
     absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
@@ -252,7 +307,7 @@ void ExecdApi::RegisterFileRoutes(httplib::Server& s) {
           return SendStatus(res, mode.status());
         }
       }
-      absl::StatusOr<std::string> dir = SandboxPath(path);
+      absl::StatusOr<std::string> dir = SandboxPath(path, record->env);
       if (!dir.ok()) return SendStatus(res, dir.status());
       dirs.push_back(*dir);
     }
@@ -266,7 +321,7 @@ void ExecdApi::RegisterFileRoutes(httplib::Server& s) {
   s.Delete(Route("/directories"), [this](const httplib::Request& req, httplib::Response& res) {
     absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
     if (!record.ok()) return SendStatus(res, record.status());
-    absl::StatusOr<std::vector<std::string>> paths = PathParams(req);
+    absl::StatusOr<std::vector<std::string>> paths = PathParams(req, record->env);
     if (!paths.ok()) return SendStatus(res, paths.status());
     for (const std::string& path : *paths) {
       if (path == "/workspace") {
@@ -292,7 +347,7 @@ void ExecdApi::Search(const httplib::Request& req, httplib::Response& res) {
   absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
   if (!record.ok()) return SendStatus(res, record.status());
   if (!req.has_param("path")) return SendError(res, 400, "give the directory: ?path=");
-  absl::StatusOr<std::string> root = SandboxPath(req.get_param_value("path"));
+  absl::StatusOr<std::string> root = SandboxPath(req.get_param_value("path"), record->env);
   if (!root.ok()) return SendStatus(res, root.status());
   std::string pattern = req.has_param("pattern") ? req.get_param_value("pattern") : "**";
   if (pattern.empty() || pattern.size() > kMaxPatternBytes) {
@@ -334,7 +389,7 @@ void ExecdApi::ListDirectory(const httplib::Request& req, httplib::Response& res
   absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
   if (!record.ok()) return SendStatus(res, record.status());
   if (!req.has_param("path")) return SendError(res, 400, "give the directory: ?path=");
-  absl::StatusOr<std::string> root = SandboxPath(req.get_param_value("path"));
+  absl::StatusOr<std::string> root = SandboxPath(req.get_param_value("path"), record->env);
   if (!root.ok()) return SendStatus(res, root.status());
   int depth = 1;
   if (req.has_param("depth") && (!absl::SimpleAtoi(req.get_param_value("depth"), &depth) ||
@@ -412,7 +467,7 @@ void ExecdApi::Upload(const httplib::Request& req, httplib::Response& res) {
     if (!doc->is_object() || !doc->contains("path") || !(*doc)["path"].is_string()) {
       return SendError(res, 400, "each metadata part must be {\"path\": \"/workspace/...\"}");
     }
-    absl::StatusOr<std::string> path = SandboxPath((*doc)["path"].get<std::string>());
+    absl::StatusOr<std::string> path = SandboxPath((*doc)["path"].get<std::string>(), record->env);
     if (!path.ok()) return SendStatus(res, path.status());
     uint32_t mode = 0644;
     if (doc->contains("mode") && !(*doc)["mode"].is_null()) {
@@ -445,13 +500,19 @@ void ExecdApi::Download(const httplib::Request& req, httplib::Response& res) {
   absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
   if (!record.ok()) return SendStatus(res, record.status());
   if (!req.has_param("path")) return SendError(res, 400, "give the file: ?path=");
-  absl::StatusOr<std::string> path = SandboxPath(req.get_param_value("path"));
+  absl::StatusOr<std::string> path = SandboxPath(req.get_param_value("path"), record->env);
   if (!path.ok()) return SendStatus(res, path.status());
-  absl::StatusOr<FileInfo> info = backend_->Stat(record->id, *path);
-  if (!info.ok()) return SendStatus(res, info.status());
-  if (info->is_dir) {
-    return SendError(res, 400, absl::StrCat("\"", *path, "\" is a directory; download files"));
+  // Opened once: every piece below is read from this descriptor, never by path again, so a
+  // file swapped or renamed meanwhile cannot mix two files into one answer.
+  absl::StatusOr<OpenedFile> opened = backend_->OpenFile(record->id, *path);
+  if (!opened.ok()) {
+    if (absl::IsFailedPrecondition(opened.status())) {
+      return SendError(res, 400, opened.status().message());
+    }
+    return SendStatus(res, opened.status());
   }
+  auto file = std::make_shared<UniqueFd>(std::move(opened->fd));
+  const FileInfo* info = &opened->info;
   bool ranged = req.has_header("Range");
   uint64_t first = 0, length = info->size;
   if (req.has_param("offset") || req.has_param("limit")) {
@@ -467,8 +528,7 @@ void ExecdApi::Download(const httplib::Request& req, httplib::Response& res) {
     std::string out;
     uint64_t line = 1;
     for (uint64_t pos = 0; pos < info->size && line < offset + limit;) {
-      absl::StatusOr<std::string> piece =
-          backend_->ReadFile(record->id, *path, pos, options_.download_piece_bytes);
+      absl::StatusOr<std::string> piece = ReadAt(file->get(), pos, options_.download_piece_bytes);
       if (!piece.ok()) return SendStatus(res, piece.status());
       if (piece->empty()) break;
       pos += piece->size();
@@ -512,20 +572,18 @@ void ExecdApi::Download(const httplib::Request& req, httplib::Response& res) {
     res.set_content("", "application/octet-stream");
     return;
   }
-  std::string sandbox_id = record->id;
   uint64_t piece_bytes = options_.download_piece_bytes;
   // Pieces of at most piece_bytes, read when httplib asks: a big file is never in memory.
-  res.set_content_provider(length, "application/octet-stream",
-                           [this, sandbox_id, file = *path, first, piece_bytes](
-                               size_t offset, size_t want, httplib::DataSink& sink) {
-                             absl::StatusOr<std::string> piece =
-                                 backend_->ReadFile(sandbox_id, file, first + offset,
-                                                    std::min<uint64_t>(want, piece_bytes));
-                             // The file shrank or went away: the response cannot be completed;
-                             // abort it.
-                             if (!piece.ok() || piece->empty()) return false;
-                             return sink.write(piece->data(), piece->size());
-                           });
+  res.set_content_provider(
+      length, "application/octet-stream",
+      [file, first, piece_bytes](size_t offset, size_t want, httplib::DataSink& sink) {
+        absl::StatusOr<std::string> piece =
+            ReadAt(file->get(), first + offset, std::min<uint64_t>(want, piece_bytes));
+        // The file shrank or went away: the response cannot be completed;
+        // abort it.
+        if (!piece.ok() || piece->empty()) return false;
+        return sink.write(piece->data(), piece->size());
+      });
 }
 
 void ExecdApi::Replace(const httplib::Request& req, httplib::Response& res) {
@@ -550,15 +608,20 @@ void ExecdApi::Replace(const httplib::Request& req, httplib::Response& res) {
                                     "\" must map to {\"old\": non-empty text, \"new\": "
                                     "text}"));
     }
-    absl::StatusOr<std::string> path = SandboxPath(key);
+    absl::StatusOr<std::string> path = SandboxPath(key, record->env);
     if (!path.ok()) return SendStatus(res, path.status());
     items.push_back({key, *path, item["old"].get<std::string>(), item["new"].get<std::string>()});
   }
   json counts = json::object();
   for (const Item& item : items) {
-    absl::StatusOr<FileInfo> info = backend_->Stat(record->id, item.path);
-    if (!info.ok()) return SendStatus(res, info.status());
-    if (info->is_dir) return SendError(res, 400, absl::StrCat("\"", item.key, "\" is a directory"));
+    absl::StatusOr<OpenedFile> opened = backend_->OpenFile(record->id, item.path);
+    if (!opened.ok()) {
+      if (absl::IsFailedPrecondition(opened.status())) {
+        return SendError(res, 400, opened.status().message());
+      }
+      return SendStatus(res, opened.status());
+    }
+    const FileInfo* info = &opened->info;
     if (info->size > options_.max_replace_file_bytes) {
       return SendError(
           res, 413,
@@ -568,7 +631,7 @@ void ExecdApi::Replace(const httplib::Request& req, httplib::Response& res) {
     std::string data;
     while (data.size() < info->size) {
       absl::StatusOr<std::string> piece =
-          backend_->ReadFile(record->id, item.path, data.size(), options_.download_piece_bytes);
+          ReadAt(opened->fd.get(), data.size(), options_.download_piece_bytes);
       if (!piece.ok()) return SendStatus(res, piece.status());
       if (piece->empty()) break;
       data += *piece;

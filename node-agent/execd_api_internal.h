@@ -3,10 +3,13 @@
 
 #include <httplib.h>
 
+#include <map>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
@@ -47,18 +50,70 @@ inline absl::StatusOr<SandboxRecord> UsableSandbox(const Registry& registry,
     return absl::FailedPreconditionError(absl::StrCat(
         "sandbox ", record->id, " is ", StateName(record->state), "; it takes no requests now"));
   }
+  if (record->paused) {
+    return absl::FailedPreconditionError(absl::StrCat("sandbox ", record->id,
+                                                      " is paused; resume it (POST /v1/sandboxes/",
+                                                      record->id, "/resume) first"));
+  }
   return record;
 }
 
-// A caller's path as the sandbox path "/workspace/..." (what the backend gets), or
-// InvalidArgument if it could lead outside /workspace.
-inline absl::StatusOr<std::string> SandboxPath(absl::string_view path) {
+// "~" and "$VAR" / "${VAR}" of a caller's path, against the sandbox's own environment (its
+// create-time env; HOME defaults to /workspace, the commands' working directory). An unset
+// variable expands to nothing, as in the shell.
+inline std::string ExpandPath(absl::string_view path,
+                              const std::map<std::string, std::string>& env) {
+  auto lookup = [&](absl::string_view name) -> std::string {
+    auto it = env.find(std::string(name));
+    if (it != env.end()) return it->second;
+    return name == "HOME" ? "/workspace" : "";
+  };
+  std::string out;
+  if (path == "~" || absl::StartsWith(path, "~/")) {
+    out = lookup("HOME");
+    path.remove_prefix(1);
+  }
+  auto name_char = [](char c) { return absl::ascii_isalnum(c) || c == '_'; };
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (path[i] != '$' || i + 1 == path.size()) {
+      out += path[i];
+      continue;
+    }
+    if (path[i + 1] == '{') {
+      size_t close = path.find('}', i + 2);
+      if (close == absl::string_view::npos) {
+        out += path[i];
+        continue;
+      }
+      out += lookup(path.substr(i + 2, close - i - 2));
+      i = close;
+      continue;
+    }
+    size_t end = i + 1;
+    while (end < path.size() && name_char(path[end])) ++end;
+    if (end == i + 1) {
+      out += path[i];
+      continue;
+    }
+    out += lookup(path.substr(i + 1, end - i - 1));
+    i = end - 1;
+  }
+  return out;
+}
+
+// A caller's path as the absolute sandbox path the backend gets: anywhere the sandbox can see
+// (relative paths are under /workspace), "~" and "$VAR" expanded against `env`. Only the text
+// is checked here (no NUL or control bytes, no ".."): where the path leads, symlinks included,
+// is for the backend's resolution inside the sandbox's root to decide.
+inline absl::StatusOr<std::string> SandboxPath(absl::string_view path,
+                                               const std::map<std::string, std::string>& env = {}) {
   if (path.find('\0') != absl::string_view::npos) {
     return absl::InvalidArgumentError("file path contains a NUL byte; remove it");
   }
-  absl::StatusOr<std::string> rel = WorkspaceRelativePath(path);
+  std::string expanded = ExpandPath(path, env);
+  absl::StatusOr<std::string> rel = SandboxRootRelativePath(expanded);
   if (!rel.ok()) return rel.status();
-  return rel->empty() ? std::string("/workspace") : absl::StrCat("/workspace/", *rel);
+  return absl::StrCat("/", *rel);
 }
 
 // JSON bodies: parsed without exceptions, nesting bounded (checked before parsing, on the raw

@@ -1,5 +1,8 @@
 #include "node-agent/fake_backend.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -10,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "node-agent/workspace_path.h"
+#include "sandbox/util/errno_status.h"
 #include "sandbox/util/status_macros.h"
 
 namespace moat::agent {
@@ -147,6 +151,7 @@ absl::StatusOr<CleanupReport> FakeBackend::Destroy(absl::string_view id) {
     report.cgroups_removed = 1;
     report.mounts_unmounted = 3;  // root, /tmp, /workspace.
     report.workspaces_removed = 1;
+    report.residue = std::exchange(next_destroy_residue_, {});
   }
   return report;
 }
@@ -227,11 +232,40 @@ absl::StatusOr<std::string> FakeBackend::ReadFile(absl::string_view id, absl::st
   if (box->dirs.contains(rel)) {
     return absl::FailedPreconditionError(absl::StrCat("\"", path, "\" is a directory"));
   }
+  if (box->specials.contains(rel)) {
+    return absl::FailedPreconditionError(absl::StrCat("\"", path, "\" is not a regular file"));
+  }
   auto it = box->files.find(rel);
   if (it == box->files.end()) return absl::NotFoundError(absl::StrCat("no file \"", path, "\""));
   const std::string& data = it->second.data;
   if (offset >= data.size()) return std::string();
   return data.substr(offset, length);
+}
+
+absl::StatusOr<OpenedFile> FakeBackend::OpenFile(absl::string_view id, absl::string_view path) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Sandbox * box, FindLocked(id));
+  ASSIGN_OR_RETURN(std::string rel, WorkspaceRelativePath(path));
+  if (rel.empty() || box->dirs.contains(rel)) {
+    return absl::FailedPreconditionError(absl::StrCat("\"", path, "\" is a directory"));
+  }
+  if (box->specials.contains(rel)) {
+    return absl::FailedPreconditionError(absl::StrCat("\"", path, "\" is not a regular file"));
+  }
+  auto it = box->files.find(rel);
+  if (it == box->files.end()) return absl::NotFoundError(absl::StrCat("no file \"", path, "\""));
+  // A snapshot in memory: later writes to the fake file do not show, as with a real file
+  // replaced by rename while a download holds the old one open.
+  UniqueFd fd(::memfd_create("fake-backend-file", MFD_CLOEXEC));
+  if (!fd) return ErrnoStatus("memfd_create");
+  const std::string& data = it->second.data;
+  for (size_t done = 0; done < data.size();) {
+    ssize_t n = ::write(fd.get(), data.data() + done, data.size() - done);
+    if (n < 0) return ErrnoStatus("write the fake file's snapshot");
+    done += static_cast<size_t>(n);
+  }
+  return OpenedFile{std::move(fd), FileInfo{SandboxPath(rel), false, data.size(), it->second.mode,
+                                            absl::UnixEpoch()}};
 }
 
 absl::Status FakeBackend::WriteFile(absl::string_view id, absl::string_view path,
@@ -251,7 +285,12 @@ absl::StatusOr<FileInfo> FakeBackend::Stat(absl::string_view id, absl::string_vi
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Sandbox * box, FindLocked(id));
   ASSIGN_OR_RETURN(std::string rel, WorkspaceRelativePath(path));
-  if (box->dirs.contains(rel)) return FileInfo{SandboxPath(rel), true, 0, 0755, absl::UnixEpoch()};
+  if (box->dirs.contains(rel)) {
+    return FileInfo{SandboxPath(rel), true, 0, 0755, absl::UnixEpoch(), FileType::kDirectory};
+  }
+  if (box->specials.contains(rel)) {
+    return FileInfo{SandboxPath(rel), false, 0, 0644, absl::UnixEpoch(), FileType::kOther};
+  }
   auto it = box->files.find(rel);
   if (it == box->files.end()) return absl::NotFoundError(absl::StrCat("no file \"", path, "\""));
   return FileInfo{SandboxPath(rel), false, it->second.data.size(), it->second.mode,
@@ -269,7 +308,8 @@ absl::StatusOr<std::vector<FileInfo>> FakeBackend::List(absl::string_view id,
   std::map<std::string, FileInfo> entries;  // Sorted by path, as the contract says.
   for (const std::string& dir : box->dirs) {
     if (!dir.empty() && ParentOf(dir) == rel) {
-      entries[dir] = FileInfo{SandboxPath(dir), true, 0, 0755, absl::UnixEpoch()};
+      entries[dir] =
+          FileInfo{SandboxPath(dir), true, 0, 0755, absl::UnixEpoch(), FileType::kDirectory};
     }
   }
   for (const auto& [file, content] : box->files) {
@@ -293,6 +333,17 @@ absl::Status FakeBackend::MakeDirectory(absl::string_view id, absl::string_view 
     }
     box->dirs.insert(dir);
   }
+  return absl::OkStatus();
+}
+
+absl::Status FakeBackend::SetMode(absl::string_view id, absl::string_view path, uint32_t mode) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Sandbox * box, FindLocked(id));
+  ASSIGN_OR_RETURN(std::string rel, WorkspaceRelativePath(path));
+  if (box->dirs.contains(rel)) return absl::OkStatus();  // The fake keeps no directory modes.
+  auto it = box->files.find(rel);
+  if (it == box->files.end()) return absl::NotFoundError(absl::StrCat("no file \"", path, "\""));
+  it->second.mode = mode & 0777;
   return absl::OkStatus();
 }
 
@@ -327,10 +378,31 @@ absl::Status FakeBackend::Remove(absl::string_view id, absl::string_view path) {
   return absl::OkStatus();
 }
 
+absl::Status FakeBackend::Pause(absl::string_view id) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Sandbox * box, FindLocked(id));
+  box->paused = true;
+  return absl::OkStatus();
+}
+
+absl::Status FakeBackend::Resume(absl::string_view id) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Sandbox * box, FindLocked(id));
+  box->paused = false;
+  return absl::OkStatus();
+}
+
+bool FakeBackend::Paused(absl::string_view id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sandboxes_.find(id);
+  return it != sandboxes_.end() && it->second.paused;
+}
+
 absl::StatusOr<SandboxHealth> FakeBackend::Probe(absl::string_view id) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Sandbox * box, FindLocked(id));
-  return SandboxHealth{box->alive, absl::UnixEpoch(), box->alive ? 1 : 0, 0, 0};
+  return SandboxHealth{box->alive, absl::UnixEpoch(), box->alive ? 1 : 0, box->cpu_seconds,
+                       box->memory_bytes};
 }
 
 absl::Status FakeBackend::CheckNode() {
@@ -373,6 +445,26 @@ void FakeBackend::SetAlive(absl::string_view id, bool alive) {
 void FakeBackend::FailNextDestroy(absl::Status status) {
   absl::MutexLock lock(&mu_);
   next_destroy_status_ = std::move(status);
+}
+
+void FakeBackend::SetSandboxUsage(absl::string_view id, double cpu_seconds, uint64_t memory_bytes) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Sandbox*> box = FindLocked(id);
+  if (!box.ok()) return;
+  (*box)->cpu_seconds = cpu_seconds;
+  (*box)->memory_bytes = memory_bytes;
+}
+
+void FakeBackend::AddSpecialFile(absl::string_view id, absl::string_view path) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Sandbox*> box = FindLocked(id);
+  absl::StatusOr<std::string> rel = WorkspaceRelativePath(path);
+  if (box.ok() && rel.ok()) (*box)->specials.insert(*rel);
+}
+
+void FakeBackend::SetNextDestroyResidue(std::vector<std::string> residue) {
+  absl::MutexLock lock(&mu_);
+  next_destroy_residue_ = std::move(residue);
 }
 
 void FakeBackend::SetNodeStatus(absl::Status status) {

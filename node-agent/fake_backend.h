@@ -66,13 +66,17 @@ class FakeBackend final : public SandboxBackend {
                          absl::Duration grace) override;
   absl::StatusOr<std::string> ReadFile(absl::string_view id, absl::string_view path,
                                        uint64_t offset, uint64_t length) override;
+  absl::StatusOr<OpenedFile> OpenFile(absl::string_view id, absl::string_view path) override;
   absl::Status WriteFile(absl::string_view id, absl::string_view path, absl::string_view data,
                          uint32_t mode) override;
   absl::StatusOr<FileInfo> Stat(absl::string_view id, absl::string_view path) override;
   absl::StatusOr<std::vector<FileInfo>> List(absl::string_view id, absl::string_view path) override;
   absl::Status MakeDirectory(absl::string_view id, absl::string_view path) override;
   absl::Status Move(absl::string_view id, absl::string_view from, absl::string_view to) override;
+  absl::Status SetMode(absl::string_view id, absl::string_view path, uint32_t mode) override;
   absl::Status Remove(absl::string_view id, absl::string_view path) override;
+  absl::Status Pause(absl::string_view id) override;
+  absl::Status Resume(absl::string_view id) override;
   absl::StatusOr<SandboxHealth> Probe(absl::string_view id) override;
   absl::Status CheckNode() override;
   NodeUsage Usage() override;
@@ -87,7 +91,11 @@ class FakeBackend final : public SandboxBackend {
   void SetCreateTiming(absl::Duration reported, absl::Duration wait = absl::ZeroDuration());
   // A dead sandbox stays (Destroy still cleans it) but Probe reports alive = false.
   void SetAlive(absl::string_view id, bool alive);
+  // What Probe reports of the sandbox's cgroup.
+  void SetSandboxUsage(absl::string_view id, double cpu_seconds, uint64_t memory_bytes);
   void FailNextDestroy(absl::Status status);
+  // The next Destroy that finds its sandbox reports this residue (and forgets the sandbox).
+  void SetNextDestroyResidue(std::vector<std::string> residue);
   void SetNodeStatus(absl::Status status);
   void SetUsage(const NodeUsage& usage);
   void SetExecHandler(ExecHandler handler);
@@ -95,7 +103,10 @@ class FakeBackend final : public SandboxBackend {
   void SetProcessScript(ProcessScript script);
   int running_processes() const;                   // Scripted commands that have not exited yet.
   void AddLeftovers(const CleanupReport& report);  // What CleanLeftovers will "find".
+  // A FIFO at `path`: Stat describes it (type kOther); ReadFile and OpenFile refuse it.
+  void AddSpecialFile(absl::string_view id, absl::string_view path);
   bool Exists(absl::string_view id) const;
+  bool Paused(absl::string_view id) const;
   SandboxSpec SpecOf(absl::string_view id) const;  // Empty spec if unknown.
   int live_sandboxes() const;
   std::vector<std::string> ids() const;  // Of the live sandboxes, sorted.
@@ -114,7 +125,11 @@ class FakeBackend final : public SandboxBackend {
     SandboxSpec spec;
     std::map<std::string, File> files;  // Relative path under /workspace -> content.
     std::set<std::string> dirs;         // Relative paths of directories ("" is the root).
+    std::set<std::string> specials;     // Relative paths of FIFOs.
     bool alive = true;
+    bool paused = false;
+    double cpu_seconds = 0;
+    uint64_t memory_bytes = 0;
   };
 
   absl::StatusOr<Sandbox*> FindLocked(absl::string_view id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -129,6 +144,7 @@ class FakeBackend final : public SandboxBackend {
   int create_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int max_live_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status next_destroy_status_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> next_destroy_residue_ ABSL_GUARDED_BY(mu_);
   absl::Status node_status_ ABSL_GUARDED_BY(mu_);
   NodeUsage usage_ ABSL_GUARDED_BY(mu_);
   ExecHandler handler_ ABSL_GUARDED_BY(mu_);

@@ -12,6 +12,7 @@
 #include "absl/strings/strip.h"
 #include "node-agent/api_json.h"
 #include "node-agent/execd_api.h"
+#include "node-agent/http_connection.h"
 #include "node-agent/log.h"
 #include "node-agent/token.h"
 
@@ -49,6 +50,27 @@ bool PathId(const httplib::Request& req, httplib::Response& res, std::string* id
   return true;
 }
 
+// A header name or value with a control byte: a 400, never a value cut short. On the plain
+// server the raw head was checked as it was read (http_connection.h); the parsed headers are
+// checked too, for the TLS server, where httplib's own loop reads the head.
+bool HeadersWellFormed(const httplib::Request& req, httplib::Response& res) {
+  bool bad = ConnectionServer::CurrentRequestMalformed();
+  for (const auto& [name, value] : req.headers) {
+    for (absl::string_view text : {absl::string_view(name), absl::string_view(value)}) {
+      for (char ch : text) {
+        const unsigned char c = static_cast<unsigned char>(ch);
+        if ((c < 0x20 && c != '\t') || c == 0x7f) bad = true;
+      }
+    }
+  }
+  if (!bad) return true;
+  res.set_header("Connection", "close");
+  SendError(res, 400,
+            "a header of the request holds a NUL or other control byte; header names and "
+            "values are visible text, spaces and tabs only");
+  return false;
+}
+
 // For /v1/sandboxes/{id}/execd/...: the {id}; empty for every other path.
 absl::string_view ExecdSandboxId(absl::string_view path) {
   if (!absl::ConsumePrefix(&path, kSandboxPrefix)) return {};
@@ -76,7 +98,7 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(SandboxService* service
     }
     server = std::move(tls);
   } else {
-    server = std::make_unique<httplib::Server>();
+    server = std::make_unique<ConnectionServer>();
   }
   std::unique_ptr<HttpApi> api(new HttpApi(service, std::move(options), std::move(server)));
   api->Routes();
@@ -159,7 +181,7 @@ void HttpApi::Routes() {
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    return Authorized(req, res) && WithinBodyLimit(req, res)
+    return HeadersWellFormed(req, res) && Authorized(req, res) && WithinBodyLimit(req, res)
                ? httplib::Server::HandlerResponse::Unhandled
                : httplib::Server::HandlerResponse::Handled;
   });
@@ -254,6 +276,18 @@ void HttpApi::Routes() {
            if (!renewed.ok()) return SendStatus(res, renewed.status());
            SendJson(res, 200, {{"id", id}, {"expires_at", FormatApiTime(*renewed)}});
          });
+  for (const char* verb : {"pause", "resume"}) {
+    const bool pause = std::string(verb) == "pause";
+    s.Post(absl::StrCat(R"(/v1/sandboxes/([^/]+)/)", verb),
+           [this, pause](const httplib::Request& req, httplib::Response& res) {
+             std::string id;
+             if (!PathId(req, res, &id)) return;
+             absl::StatusOr<SandboxRecord> record =
+                 pause ? service_->Pause(id) : service_->Resume(id);
+             if (!record.ok()) return SendStatus(res, record.status());
+             SendJson(res, 200, SandboxJson(*record, /*with_token=*/false));
+           });
+  }
   // The per-sandbox API (execd) starts here; its authentication is done by Authorized().
   s.Get(R"(/v1/sandboxes/([^/]+)/execd/ping)",
         [](const httplib::Request&, httplib::Response& res) { res.status = 200; });

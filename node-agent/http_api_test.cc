@@ -15,6 +15,7 @@
 #include "node-agent/api_json.h"
 #include "node-agent/fake_backend.h"
 #include "node-agent/testing/expect_error.h"
+#include "node-agent/testing/raw_http.h"
 
 namespace moat::agent {
 namespace {
@@ -298,7 +299,7 @@ TEST_F(HttpApiTest, BadIdsAreRefused) {
     auto response = Call("GET", path);
     EXPECT_GE(response.first, 400);
     EXPECT_LT(response.first, 500);
-    EXPECT_TRUE(json::parse(response.second, nullptr, false).contains("error")) << response.second;
+    EXPECT_TRUE(json::parse(response.second, nullptr, false).contains("code")) << response.second;
   }
   ExpectError(Call("GET", "/v1/sandboxes/sb-0123456789abcdef"), 404, "NOT_FOUND");
 }
@@ -389,6 +390,54 @@ TEST_F(HttpApiTest, ProbeReportsBecomeEventsAndACompromisedSandboxIsRecycled) {
   EXPECT_THAT(text, HasSubstr("moat_heartbeat_misses_total 1"));
   EXPECT_THAT(text, HasSubstr("moat_egress_requests_total 2"));
   EXPECT_THAT(text, HasSubstr("moat_egress_denials_total 1"));
+}
+
+// Pipelining (RFC 9112 section 9.3): a second request sent before the first is answered is
+// answered too, in order, instead of being dropped with httplib's per-request buffer.
+TEST_F(HttpApiTest, PipelinedRequestsAreAllAnsweredInOrder) {
+  const std::string auth = std::string("Authorization: Bearer ") + kNodeToken + "\r\n";
+  const std::string request = "GET /health HTTP/1.1\r\nHost: a\r\n" + auth + "\r\n" +
+                              "GET /no/such/path HTTP/1.1\r\nHost: a\r\n" + auth + "\r\n" +
+                              "GET /v1/sandboxes HTTP/1.1\r\nHost: a\r\n" + auth +
+                              "Connection: close\r\n\r\n";
+  testing::RawExchange got = testing::SendRaw(port_, request);
+  EXPECT_TRUE(got.closed) << got.received;
+  size_t first = got.received.find("HTTP/1.1 200");
+  size_t second = got.received.find("HTTP/1.1 404");
+  size_t third = got.received.find("HTTP/1.1 200", first + 1);
+  ASSERT_NE(first, std::string::npos) << got.received;
+  ASSERT_NE(second, std::string::npos) << got.received;
+  ASSERT_NE(third, std::string::npos) << got.received;
+  EXPECT_LT(first, second);
+  EXPECT_LT(second, third);
+  EXPECT_THAT(got.received, HasSubstr(R"({"items":[]})"));
+}
+
+// A header value may not carry a NUL (once cut there, so "TOKEN\0junk" passed as TOKEN) or any
+// other control byte: a 400, and the connection closed.
+TEST_F(HttpApiTest, ControlBytesInHeadersAreRefused) {
+  const std::string token(kNodeToken);
+  using namespace std::string_literals;
+  for (const std::string& header : std::vector<std::string>{
+           "Authorization: Bearer " + token + "\0junk"s, "Authorization: Bearer " + token + "\x01",
+           "X-Other: a\x7f"
+           "b",
+           "X-Other: a\rb", "X-Ot\0her: 1"s}) {
+    SCOPED_TRACE(header);
+    std::string request = "GET /v1/sandboxes HTTP/1.1\r\nHost: a\r\n";
+    if (header.rfind("Authorization", 0) != 0) request += "Authorization: Bearer " + token + "\r\n";
+    request += header + "\r\n\r\nGET /v1/sandboxes HTTP/1.1\r\nHost: a\r\n\r\n";
+    testing::RawExchange got = testing::SendRaw(port_, request);
+    EXPECT_TRUE(got.closed);
+    EXPECT_EQ(got.received.rfind("HTTP/1.1 400", 0), 0u) << got.received;
+    EXPECT_THAT(got.received, HasSubstr("control byte"));
+    EXPECT_EQ(got.received.find("HTTP/1.1", 1), std::string::npos) << got.received;
+  }
+  // Tabs and text beyond ASCII are fine.
+  std::string request = "GET /v1/sandboxes HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer " + token +
+                        "\r\nX-Other: a\tb \xc3\xa9\r\nConnection: close\r\n\r\n";
+  testing::RawExchange got = testing::SendRaw(port_, request);
+  EXPECT_EQ(got.received.rfind("HTTP/1.1 200", 0), 0u) << got.received;
 }
 
 }  // namespace

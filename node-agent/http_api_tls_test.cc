@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "node-agent/fake_backend.h"
 #include "node-agent/http_api.h"
+#include "node-agent/testing/temp_dir.h"
 
 namespace moat::agent {
 namespace {
@@ -17,9 +18,9 @@ TEST(HttpApiTlsTest, ServesHttpsWithTheConfiguredCertificate) {
   if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "the openssl command is needed to make a test certificate";
   }
-  std::string dir = ::testing::TempDir();
-  std::string cert = dir + "/agent_test.crt";
-  std::string key = dir + "/agent_test.key";
+  testing::ScopedTempDir dir;
+  std::string cert = dir.File("agent_test.crt");
+  std::string key = dir.File("agent_test.key");
   std::string make =
       "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
       "-keyout " +

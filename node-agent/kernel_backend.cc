@@ -20,7 +20,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "node-agent/freezer.h"
 #include "node-agent/log.h"
+#include "node-agent/namespace_ref.h"
 #include "sandbox/cgroup_fs.h"
 #include "sandbox/egress/sandbox_egress.h"
 #include "sandbox/policy.h"
@@ -58,26 +60,6 @@ uint64_t CgroupMemory(const std::vector<std::string>& paths) {
     }
   }
   return 0;
-}
-
-ino_t MountNamespaceOf(pid_t pid) {
-  struct stat st;
-  if (::stat(absl::StrCat("/proc/", pid, "/ns/mnt").c_str(), &st) != 0) return 0;
-  return st.st_ino;
-}
-
-// Host processes still in mount namespace `ns` (there should be none once a sandbox is gone).
-std::vector<pid_t> ProcessesInMountNamespace(ino_t ns) {
-  std::vector<pid_t> found;
-  DIR* proc = ::opendir("/proc");
-  if (proc == nullptr) return found;
-  while (struct dirent* e = ::readdir(proc)) {
-    int pid = 0;
-    if (!absl::SimpleAtoi(e->d_name, &pid)) continue;
-    if (MountNamespaceOf(pid) == ns) found.push_back(pid);
-  }
-  ::closedir(proc);
-  return found;
 }
 
 ExecExit ExitFromStatus(int status) {
@@ -137,9 +119,11 @@ struct KernelBackend::Box {
   SandboxSpec spec;
   sandbox::Limits limits;
   std::unique_ptr<sandbox::LiveSandbox> sandbox;
-  UniqueFd workspace;  // O_PATH of /workspace inside
-  ino_t mount_ns = 0;
-  int mounts = 0;  // mount entries of its namespace at start
+  UniqueFd root;  // O_PATH of the sandbox's root, /proc/<init>/root: files resolve inside it
+  // Held until Destroy has checked nothing is left in it (namespace_ref.h says why).
+  NamespaceRef mount_ns;
+  int mounts = 0;               // mount entries of its namespace at start
+  uint64_t oom_kills_seen = 0;  // guarded by mu_: the cgroup's OOM kills already attributed
   std::string record_path;
   uint64_t event_token = 0;  // guarded by mu_
   bool dead = false;         // guarded by mu_: init exited or destroy began
@@ -242,13 +226,13 @@ pid_t KernelBackend::InitPid(absl::string_view id) const {
   return box.ok() ? (*box)->sandbox->pid() : -1;
 }
 
-absl::StatusOr<UniqueFd> KernelBackend::WorkspaceOf(absl::string_view id) const {
+absl::StatusOr<UniqueFd> KernelBackend::RootOf(absl::string_view id) const {
   absl::MutexLock lock(&mu_);
   auto it = boxes_.find(id);
   if (it == boxes_.end()) return absl::NotFoundError(absl::StrCat("no sandbox \"", id, "\""));
   // A copy: Destroy may close the sandbox's own while a file operation is under way.
-  UniqueFd copy(::fcntl(it->second->workspace.get(), F_DUPFD_CLOEXEC, 0));
-  if (!copy) return ErrnoStatus("duplicate the workspace descriptor");
+  UniqueFd copy(::fcntl(it->second->root.get(), F_DUPFD_CLOEXEC, 0));
+  if (!copy) return ErrnoStatus("duplicate the sandbox root's descriptor");
   return copy;
 }
 
@@ -307,10 +291,10 @@ absl::StatusOr<CreatedSandbox> KernelBackend::Create(const SandboxSpec& spec) {
   auto undo = absl::MakeCleanup([&] { box->sandbox->Destroy(); });
 
   const pid_t init = box->sandbox->pid();
-  box->workspace.reset(::open(absl::StrCat("/proc/", init, "/root/workspace").c_str(),
-                              O_PATH | O_DIRECTORY | O_CLOEXEC));
-  if (!box->workspace) return ErrnoStatus("open the sandbox's /workspace from outside");
-  box->mount_ns = MountNamespaceOf(init);
+  box->root.reset(
+      ::open(absl::StrCat("/proc/", init, "/root").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!box->root) return ErrnoStatus("open the sandbox's root from outside");
+  ASSIGN_OR_RETURN(box->mount_ns, NamespaceRef::Of(init, "mnt"));
   if (absl::StatusOr<std::string> mountinfo =
           cgroupfs::ReadFile(absl::StrCat("/proc/", init, "/mountinfo"));
       mountinfo.ok()) {
@@ -379,9 +363,10 @@ absl::StatusOr<CleanupReport> KernelBackend::Destroy(absl::string_view id) {
   // The last reference to the sandbox's mount namespace (and so its /workspace and /tmp).
   {
     absl::MutexLock lock(&mu_);
-    box->workspace.reset();
+    box->root.reset();
   }
-  std::vector<pid_t> left = ProcessesInMountNamespace(box->mount_ns);
+  std::vector<pid_t> left = box->mount_ns.Members();
+  box->mount_ns.Release();  // Checked: now the kernel may free it, and reuse its number.
   if (left.empty()) {
     report.mounts_unmounted = box->mounts;
     report.workspaces_removed = 1;
@@ -663,6 +648,15 @@ void KernelBackend::FinishCommand(const std::shared_ptr<Box>& box,
     }
   }
   exit.duration = absl::Now() - command->begin;
+  if (exit.exit_code != 0 || exit.signal != 0) {
+    // Only for failures: the cgroup is read off the warm path.
+    absl::StatusOr<sandbox::CgroupUsage> usage = box->sandbox->cgroup().ReadUsage();
+    absl::MutexLock lock(&mu_);
+    if (usage.ok() && usage->oom_kills > box->oom_kills_seen) {
+      exit.oom_killed = true;
+      box->oom_kills_seen = usage->oom_kills;
+    }
+  }
   absl::MutexLock cb(&command->cb_mu);
   if (command->finished) return;
   command->finished = true;
@@ -711,6 +705,16 @@ absl::Duration KernelBackend::EnforceDeadlines() {
   }
   for (const Kill& kill : kills) kill.box->sandbox->SendSignal(kill.seq, SIGKILL).IgnoreError();
   return next == absl::InfiniteFuture() ? absl::InfiniteDuration() : next - now;
+}
+
+absl::Status KernelBackend::Pause(absl::string_view id) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Box> box, Find(id));
+  return SetFrozen(box->sandbox->cgroup().paths(), true);
+}
+
+absl::Status KernelBackend::Resume(absl::string_view id) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Box> box, Find(id));
+  return SetFrozen(box->sandbox->cgroup().paths(), false);
 }
 
 absl::StatusOr<SandboxHealth> KernelBackend::Probe(absl::string_view id) {

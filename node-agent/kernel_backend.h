@@ -69,13 +69,17 @@ class KernelBackend final : public SandboxBackend {
                          absl::Duration grace) override;
   absl::StatusOr<std::string> ReadFile(absl::string_view id, absl::string_view path,
                                        uint64_t offset, uint64_t length) override;
+  absl::StatusOr<OpenedFile> OpenFile(absl::string_view id, absl::string_view path) override;
   absl::Status WriteFile(absl::string_view id, absl::string_view path, absl::string_view data,
                          uint32_t mode) override;
   absl::StatusOr<FileInfo> Stat(absl::string_view id, absl::string_view path) override;
   absl::StatusOr<std::vector<FileInfo>> List(absl::string_view id, absl::string_view path) override;
   absl::Status MakeDirectory(absl::string_view id, absl::string_view path) override;
   absl::Status Move(absl::string_view id, absl::string_view from, absl::string_view to) override;
+  absl::Status SetMode(absl::string_view id, absl::string_view path, uint32_t mode) override;
   absl::Status Remove(absl::string_view id, absl::string_view path) override;
+  absl::Status Pause(absl::string_view id) override;
+  absl::Status Resume(absl::string_view id) override;
   absl::StatusOr<SandboxHealth> Probe(absl::string_view id) override;
   absl::Status CheckNode() override;
   NodeUsage Usage() override;
@@ -94,8 +98,8 @@ class KernelBackend final : public SandboxBackend {
                 UniqueFd epoll, UniqueFd wake, UniqueFd dev_null);
 
   absl::StatusOr<std::shared_ptr<Box>> Find(absl::string_view id) const;
-  // The sandbox's /workspace (an O_PATH fd), for the file methods.
-  absl::StatusOr<UniqueFd> WorkspaceOf(absl::string_view id) const;
+  // The sandbox's root (an O_PATH fd of /proc/<init>/root), for the file methods.
+  absl::StatusOr<UniqueFd> RootOf(absl::string_view id) const;
   uint64_t AddWatchLocked(int fd, Watch watch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveWatchLocked(uint64_t token, int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Wake();

@@ -1,5 +1,6 @@
-// KernelBackend's file methods: each resolves the sandbox's /workspace descriptor and hands the
-// work to WorkspaceFiles, which never leaves that tree (workspace_files.h).
+// KernelBackend's file methods: each resolves the sandbox's root descriptor (/proc/<init>/root)
+// and hands the work to WorkspaceFiles, which resolves every path inside it as the kernel would
+// for the sandbox and never leaves it (workspace_files.h).
 #include <sys/fsuid.h>
 
 #include "node-agent/kernel_backend.h"
@@ -8,7 +9,7 @@
 
 namespace moat::agent {
 
-// Each method works on a copy of the sandbox's /workspace descriptor (WorkspaceOf).
+// Each method works on a copy of the sandbox's root descriptor (RootOf).
 namespace {
 
 // The calling thread's file-system ids become the sandbox root's host ids for the operation.
@@ -32,15 +33,21 @@ class AsSandboxOwner {
 
 }  // namespace
 
-#define MOAT_WITH_FILES(id, files)                                             \
-  ASSIGN_OR_RETURN(UniqueFd root_fd, WorkspaceOf((id)));                       \
-  AsSandboxOwner as_owner(factory_->ids().host_uid, factory_->ids().host_gid); \
-  WorkspaceFiles files(root_fd.get(), factory_->ids().host_uid, factory_->ids().host_gid)
+#define MOAT_WITH_FILES(id, files)                                                            \
+  ASSIGN_OR_RETURN(UniqueFd root_fd, RootOf((id)));                                           \
+  AsSandboxOwner as_owner(factory_->ids().host_uid, factory_->ids().host_gid);                \
+  WorkspaceFiles files = WorkspaceFiles::SandboxRoot(root_fd.get(), factory_->ids().host_uid, \
+                                                     factory_->ids().host_gid)
 
 absl::StatusOr<std::string> KernelBackend::ReadFile(absl::string_view id, absl::string_view path,
                                                     uint64_t offset, uint64_t length) {
   MOAT_WITH_FILES(id, files);
   return files.ReadFile(path, offset, length);
+}
+
+absl::StatusOr<OpenedFile> KernelBackend::OpenFile(absl::string_view id, absl::string_view path) {
+  MOAT_WITH_FILES(id, files);
+  return files.OpenRead(path);
 }
 
 absl::Status KernelBackend::WriteFile(absl::string_view id, absl::string_view path,
@@ -69,6 +76,11 @@ absl::Status KernelBackend::Move(absl::string_view id, absl::string_view from,
                                  absl::string_view to) {
   MOAT_WITH_FILES(id, files);
   return files.Move(from, to);
+}
+
+absl::Status KernelBackend::SetMode(absl::string_view id, absl::string_view path, uint32_t mode) {
+  MOAT_WITH_FILES(id, files);
+  return files.SetMode(path, mode);
 }
 
 absl::Status KernelBackend::Remove(absl::string_view id, absl::string_view path) {

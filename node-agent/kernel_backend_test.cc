@@ -185,6 +185,81 @@ TEST_F(KernelBackendTest, TimeoutKillsTheCommandTree) {
   EXPECT_TRUE(health->alive);
 }
 
+// Only init is left in the sandbox within a few seconds.
+void ExpectOnlyInitLeft(KernelBackend& backend, const std::string& id) {
+  absl::StatusOr<SandboxHealth> health = backend.Probe(id);
+  ASSERT_TRUE(health.ok());
+  for (int i = 0; i < 150 && health->processes > 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    health = backend.Probe(id);
+  }
+  EXPECT_TRUE(health->alive);
+  if (health->processes == 1) return;
+  ADD_FAILURE() << health->processes << " processes: one of the command outlived its end";
+  Seen ps;
+  ExecRequest request;
+  request.command = "ps -eo pid,ppid,pgid,stat,args";
+  if (backend.Exec(id, request, ps.Callbacks()).ok() && ps.Wait()) {
+    absl::MutexLock l(&ps.mu);
+    ADD_FAILURE() << "left in the sandbox:\n" << ps.out;
+  }
+}
+
+// setsid takes a process out of the command's process group (what a signal used to address);
+// a subshell that exits first orphans it as well. Neither escapes the command's tree.
+TEST_F(KernelBackendTest, TimeoutEndsProcessesThatLeftTheCommandsSession) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-setsid-t")).ok());
+  Seen seen;
+  Exec("sb-setsid-t", "setsid sleep 30 & (setsid sleep 31 &); sleep 30", seen,
+       absl::Milliseconds(500));
+  ASSERT_TRUE(seen.Wait());
+  EXPECT_TRUE(seen.exit.timed_out);
+  ExpectOnlyInitLeft(*backend_, "sb-setsid-t");
+}
+
+TEST_F(KernelBackendTest, InterruptEndsProcessesThatLeftTheCommandsSession) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-setsid-i")).ok());
+  Seen seen;
+  // The second one ignores SIGINT: the kill after the grace must reach it too, although the
+  // shell (ended by SIGINT) is gone by then.
+  std::string cid = Exec("sb-setsid-i",
+                         "setsid sleep 30 & (setsid sh -c \"trap '' INT; sleep 31\" &); "
+                         "echo ready; wait",
+                         seen);
+  for (int i = 0; i < 500; ++i) {
+    {
+      absl::MutexLock l(&seen.mu);
+      if (seen.out == "ready\n") break;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  absl::SleepFor(absl::Milliseconds(100));  // the subshell's sh is running
+  ASSERT_TRUE(backend_->Interrupt("sb-setsid-i", cid, absl::Milliseconds(300)).ok());
+  ASSERT_TRUE(seen.Wait());
+  EXPECT_TRUE(seen.exit.interrupted);
+  ExpectOnlyInitLeft(*backend_, "sb-setsid-i");
+}
+
+// `sh -c 'python3 ...'` whose python the OOM killer ends exits 137: still oom_killed.
+TEST_F(KernelBackendTest, AnOomKillOfAnyProcessOfAFailedCommandIsReported) {
+  SandboxSpec spec = Spec("sb-oom");
+  spec.limits.memory_bytes = 48 << 20;
+  ASSERT_TRUE(backend_->Create(spec).ok());
+  const std::string hog =
+      "python3 -c 'b = bytearray(128 << 20); b[::4096] = b\"x\" * len(b[::4096])'";
+  Seen oom;
+  Exec("sb-oom", hog + "; exit $?", oom);
+  ASSERT_TRUE(oom.Wait());
+  EXPECT_EQ(oom.exit.exit_code, 137);
+  EXPECT_TRUE(oom.exit.oom_killed);
+  // Attributed once: the next failing command is not blamed for it.
+  Seen plain;
+  Exec("sb-oom", "exit 3", plain);
+  ASSERT_TRUE(plain.Wait());
+  EXPECT_EQ(plain.exit.exit_code, 3);
+  EXPECT_FALSE(plain.exit.oom_killed);
+}
+
 TEST_F(KernelBackendTest, InterruptSendsSigintThenKills) {
   ASSERT_TRUE(backend_->Create(Spec("sb-int")).ok());
   Seen polite;
@@ -340,12 +415,12 @@ TEST_F(KernelBackendTest, FilesAreSharedWithCommandsAndStayInside) {
   absl::StatusOr<std::string> out = backend_->ReadFile("sb-files", "out.txt", 0, 100);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(*out, "made\n");
-  // Links made inside resolve inside: never to the host's /etc/passwd.
-  absl::StatusOr<std::string> leak = backend_->ReadFile("sb-files", "leak", 0, 1 << 20);
-  EXPECT_FALSE(leak.ok() && leak->find("root:x:0:0") != std::string::npos);
-  absl::StatusOr<std::string> leakdir =
-      backend_->ReadFile("sb-files", "leakdir/passwd", 0, 1 << 20);
-  EXPECT_FALSE(leakdir.ok() && leakdir->find("root:x:0:0") != std::string::npos);
+  // Links made inside resolve as the sandbox resolves them: to its own /etc/passwd (its root
+  // here is the host's "/", read-only), whatever "../" they climb.
+  absl::StatusOr<std::string> own = backend_->ReadFile("sb-files", "/etc/passwd", 0, 1 << 20);
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(backend_->ReadFile("sb-files", "leak", 0, 1 << 20).value_or(""), *own);
+  EXPECT_EQ(backend_->ReadFile("sb-files", "leakdir/passwd", 0, 1 << 20).value_or(""), *own);
   EXPECT_EQ(backend_->ReadFile("sb-files", "../etc/passwd", 0, 10).status().code(),
             absl::StatusCode::kInvalidArgument);
   absl::StatusOr<std::vector<FileInfo>> list = backend_->List("sb-files", "/workspace");
@@ -361,6 +436,96 @@ TEST_F(KernelBackendTest, FilesAreSharedWithCommandsAndStayInside) {
   EXPECT_EQ(backend_->WriteFile("sb-files", "big", std::string(20 << 20, 'x'), 0644).code(),
             absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(backend_->Stat("sb-nope", "x").status().code(), absl::StatusCode::kNotFound);
+}
+
+// Files anywhere the sandbox sees, resolved in its root: its /tmp is its own tmpfs, its root is
+// read-only, what the agent hides from it (the state directory) stays hidden, and magic links
+// (/proc/PID/root) lead nowhere.
+TEST_F(KernelBackendTest, FilesAnywhereTheSandboxSeesAndNowhereElse) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-root")).ok());
+  ASSERT_TRUE(backend_->WriteFile("sb-root", "/tmp/api.txt", "to tmp", 0600).ok());
+  Seen seen;
+  Exec("sb-root",
+       "cat /tmp/api.txt; echo; echo cmd > /tmp/cmd.txt; ln -s /proc/1/root /workspace/magic",
+       seen);
+  ASSERT_TRUE(seen.Wait());
+  EXPECT_EQ(seen.out, "to tmp\n");
+  EXPECT_EQ(backend_->ReadFile("sb-root", "/tmp/cmd.txt", 0, 100).value_or(""), "cmd\n");
+  ASSERT_TRUE(backend_->SetMode("sb-root", "/tmp/cmd.txt", 0640).ok());
+  EXPECT_EQ(backend_->Stat("sb-root", "/tmp/cmd.txt")->mode, 0640u);
+  EXPECT_FALSE(std::filesystem::exists("/tmp/api.txt")) << "written to the host's /tmp";
+  // The root is read-only for the sandbox, so for the API too; nothing reaches the host.
+  const std::string marker = "/etc/moat-kernel-backend-test-marker";
+  EXPECT_FALSE(backend_->WriteFile("sb-root", marker, "x", 0644).ok());
+  EXPECT_FALSE(std::filesystem::exists(marker));
+  // The agent's state directory is hidden inside: its records cannot be read through the API.
+  std::ofstream(state_dir_ + "/secret") << "host secret";
+  absl::StatusOr<std::string> secret =
+      backend_->ReadFile("sb-root", state_dir_ + "/secret", 0, 100);
+  EXPECT_FALSE(secret.ok() && *secret == "host secret");
+  EXPECT_FALSE(backend_->ReadFile("sb-root", "/workspace/magic/etc/hostname", 0, 100).ok());
+  // Listing the root shows the sandbox's view.
+  absl::StatusOr<std::vector<FileInfo>> root = backend_->List("sb-root", "/");
+  ASSERT_TRUE(root.ok()) << root.status();
+  std::vector<std::string> names;
+  for (const FileInfo& e : *root) names.push_back(e.path);
+  EXPECT_THAT(names, ::testing::IsSupersetOf({"/tmp", "/workspace", "/etc", "/proc"}));
+}
+
+// A command flips /workspace/d between a directory and a symlink to the host path it would
+// like to reach while the API reads through it: every answer is the sandbox's file or an
+// error, never the host's.
+TEST_F(KernelBackendTest, ADirectoryFlippedWithASymlinkNeverLeadsOut) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-race")).ok());
+  std::ofstream(state_dir_ + "/target") << "host secret";
+  Seen flipper;
+  std::string cid = Exec("sb-race",
+                         "while :; do rm -rf /workspace/d; mkdir /workspace/d; "
+                         "echo inside > /workspace/d/target; rm -rf /workspace/d; ln -s " +
+                             state_dir_ + " /workspace/d; done",
+                         flipper);
+  int inside = 0;
+  for (int i = 0; i < 3000; ++i) {
+    absl::StatusOr<std::string> got = backend_->ReadFile("sb-race", "/workspace/d/target", 0, 100);
+    ASSERT_FALSE(got.ok() && got->find("host secret") != std::string::npos)
+        << "ESCAPED after " << i << " reads";
+    if (got.ok() && *got == "inside\n") ++inside;
+    absl::StatusOr<std::vector<FileInfo>> list = backend_->List("sb-race", "/workspace/d");
+    if (list.ok()) {
+      for (const FileInfo& e : *list) ASSERT_NE(e.path, "/workspace/d/secret");
+    }
+  }
+  EXPECT_GT(inside, 0) << "the race never let a read through: the test proves nothing";
+  ASSERT_TRUE(backend_->Interrupt("sb-race", cid, absl::Milliseconds(100)).ok());
+  ASSERT_TRUE(flipper.Wait());
+}
+
+// The cgroup freezer (v1 here: this machine kind is hybrid) stops a running command where it is
+// and lets it go on after Resume.
+TEST_F(KernelBackendTest, PauseFreezesTheSandboxAndResumeLetsItGoOn) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-pause")).ok());
+  Seen counting;
+  Exec("sb-pause", "i=0; while [ $i -lt 40 ]; do i=$((i+1)); echo $i; sleep 0.05; done", counting);
+  absl::SleepFor(absl::Milliseconds(300));
+  absl::Status paused = backend_->Pause("sb-pause");
+  if (absl::IsFailedPrecondition(paused)) GTEST_SKIP() << paused;  // no freezer on this host
+  ASSERT_TRUE(paused.ok()) << paused;
+  size_t at_pause;
+  {
+    absl::MutexLock l(&counting.mu);
+    at_pause = counting.out.size();
+  }
+  absl::SleepFor(absl::Milliseconds(500));
+  {
+    absl::MutexLock l(&counting.mu);
+    EXPECT_EQ(counting.out.size(), at_pause) << "output went on while frozen";
+    EXPECT_EQ(counting.exits, 0);
+  }
+  ASSERT_TRUE(backend_->Resume("sb-pause").ok());
+  ASSERT_TRUE(counting.Wait());
+  EXPECT_EQ(counting.exit.exit_code, 0);
+  EXPECT_THAT(counting.out, ::testing::EndsWith("\n40\n"));
+  EXPECT_EQ(backend_->Pause("sb-nope").code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(KernelBackendTest, EgressDecisionsAreObserved) {

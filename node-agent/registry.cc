@@ -83,6 +83,14 @@ absl::Status Registry::SetState(absl::string_view id, SandboxState state) {
   return absl::OkStatus();
 }
 
+absl::Status Registry::SetPaused(absl::string_view id, bool paused) {
+  absl::MutexLock lock(&mu_);
+  auto it = records_.find(id);
+  if (it == records_.end()) return NotFound(id);
+  it->second.paused = paused;
+  return absl::OkStatus();
+}
+
 bool Registry::CompareAndSetState(absl::string_view id, SandboxState from, SandboxState to) {
   absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);

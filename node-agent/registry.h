@@ -43,6 +43,7 @@ struct SandboxRecord {
   Limits limits;
   StartPath start_path = StartPath::kCold;  // kWarm if it was taken from the warm pool.
   std::string token;                        // The per-sandbox API's bearer token. Never logged.
+  bool paused = false;  // Frozen (Pause): its API refuses commands and files until Resume.
 };
 
 // A new sandbox id, "sb-" and 20 random hex digits (80 bits: collisions are moot). Every id the
@@ -67,6 +68,7 @@ class Registry {
   // Sets a new expiry. InvalidArgument if it is not in the future; FailedPrecondition if the
   // sandbox is being recycled; NotFound.
   absl::StatusOr<absl::Time> Renew(absl::string_view id, absl::Time expires_at);
+  absl::Status SetPaused(absl::string_view id, bool paused);
   absl::Status Remove(absl::string_view id);
   // Moves every ready/running sandbox whose expiry has passed to recycling and returns their ids.
   std::vector<std::string> TakeExpired();

@@ -155,7 +155,12 @@ absl::StatusOr<CleanupReport> SandboxService::Recycle(const std::string& id) {
   }
   metrics_->ObserveRecycle(clock_->Now() - start);
   if (!report->clean()) {
-    LogWarning(absl::StrCat("sandbox ", id, " left residue: ", report->ToString()));
+    // docs/agent.md: a sandbox with residue stays, failed, so that it is seen and deleted again
+    // once the residue is dealt with; dropping it would hide what it left on the node.
+    registry_->SetState(id, SandboxState::kFailed).IgnoreError();
+    LogWarning(absl::StrCat("sandbox ", id, " left residue, so it stays in state failed (delete ",
+                            "it again once that is dealt with): ", report->ToString()));
+    return report;
   }
   registry_->Remove(id).IgnoreError();
   LogInfo(absl::StrCat("recycled sandbox ", id, ": ", report->ToString()));
@@ -193,6 +198,7 @@ void SandboxService::ReportHeartbeatMissed(absl::string_view id) {
 void SandboxService::ReportExited(absl::string_view id, absl::string_view detail) {
   events_.Add(clock_->Now(), "exited", id, "init", detail);
   LogWarning(absl::StrCat("sandbox ", id, " ended by itself (", detail, "); recycling it"));
+  pool_.Drop(id);  // A warm one: out of the depth now, and replaced at once.
   registry_->SetState(id, SandboxState::kRecycling).IgnoreError();
   recycle_queue_.Enqueue(std::string(id));
 }
@@ -203,9 +209,35 @@ void SandboxService::ReportCompromised(absl::string_view id, absl::string_view r
   LogError(
       absl::StrCat("sandbox ", id, " is compromised (", reason, "): killing and recycling it"));
   // Now, not through the rate-limited queue. A user's sandbox then leaves the registry; a warm
-  // one is not in it, and the pool drops it once the backend no longer knows it (Take probes).
+  // one is not in it: the pool drops it (no longer counted in its depth) and makes another.
+  pool_.Drop(id);
   registry_->SetState(id, SandboxState::kRecycling).IgnoreError();
   Recycle(std::string(id)).IgnoreError();
+}
+
+absl::StatusOr<SandboxRecord> SandboxService::Pause(absl::string_view id) {
+  ASSIGN_OR_RETURN(SandboxRecord record, registry_->Get(id));
+  if (record.state != SandboxState::kReady && record.state != SandboxState::kRunning) {
+    return absl::FailedPreconditionError(absl::StrCat("sandbox ", id, " is ",
+                                                      StateName(record.state),
+                                                      "; only a ready or running one can pause"));
+  }
+  RETURN_IF_ERROR(registry_->SetPaused(id, true));  // First: no new command starts meanwhile.
+  if (absl::Status frozen = backend_->Pause(id); !frozen.ok()) {
+    backend_->Resume(id).IgnoreError();
+    registry_->SetPaused(id, false).IgnoreError();
+    return frozen;
+  }
+  LogInfo(absl::StrCat("paused sandbox ", id));
+  return registry_->Get(id);
+}
+
+absl::StatusOr<SandboxRecord> SandboxService::Resume(absl::string_view id) {
+  ASSIGN_OR_RETURN(SandboxRecord record, registry_->Get(id));
+  RETURN_IF_ERROR(backend_->Resume(id));
+  RETURN_IF_ERROR(registry_->SetPaused(id, false));
+  LogInfo(absl::StrCat("resumed sandbox ", id));
+  return registry_->Get(id);
 }
 
 absl::StatusOr<absl::Time> SandboxService::Renew(absl::string_view id, absl::Time expires_at) {

@@ -51,6 +51,10 @@ class SandboxService {
   // Destroys the sandbox and forgets it. FailedPrecondition while it is being created or
   // deleted. If the backend cannot clean up, the record stays, in state failed.
   absl::StatusOr<CleanupReport> Delete(absl::string_view id);
+  // Freezes (thaws) every process of the sandbox; while paused its API refuses commands and
+  // files (409) and it keeps its TTL. FailedPrecondition unless ready or running.
+  absl::StatusOr<SandboxRecord> Pause(absl::string_view id);
+  absl::StatusOr<SandboxRecord> Resume(absl::string_view id);
   // New expiry: now + ttl, at most api.max_ttl from now.
   absl::StatusOr<absl::Time> Renew(absl::string_view id, absl::Time expires_at);
   // Queues every sandbox whose time is up for recycling (the rate-limited recycle queue);

@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "node-agent/fake_backend.h"
+#include "node-agent/testing/temp_dir.h"
 
 namespace moat::agent {
 namespace {
@@ -34,7 +35,8 @@ AgentConfig TestConfig(const std::string& policy_path) {
 
 class ServiceTest : public ::testing::Test {
  protected:
-  std::string policy_path_ = std::string(::testing::TempDir()) + "/service_test_policy.yaml";
+  testing::ScopedTempDir dir_;  // First: the config below writes its policy file in it.
+  std::string policy_path_ = dir_.File("service_test_policy.yaml");
   AgentConfig config_ = TestConfig(policy_path_);
   FakeClock clock_;
   FakeBackend backend_;
@@ -82,6 +84,21 @@ TEST_F(ServiceTest, FailedCleanupKeepsTheRecordAsFailed) {
   EXPECT_EQ(service_.Delete(record->id).status().code(), absl::StatusCode::kInternal);
   EXPECT_EQ(registry_.Get(record->id)->state, SandboxState::kFailed);
   // A retry can still delete it.
+  ASSERT_TRUE(service_.Delete(record->id).ok());
+  EXPECT_EQ(registry_.size(), 0u);
+}
+
+TEST_F(ServiceTest, ASandboxThatLeftResidueStaysFailed) {
+  auto record = service_.Create(CreateRequest{"python"});
+  ASSERT_TRUE(record.ok());
+  backend_.SetNextDestroyResidue({"mount namespace of sandbox x still used by pid 42"});
+  auto report = service_.Delete(record->id);
+  ASSERT_TRUE(report.ok()) << report.status();  // The report says what is left.
+  EXPECT_FALSE(report->clean());
+  auto kept = registry_.Get(record->id);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->state, SandboxState::kFailed);
+  // Delete again once the residue is dealt with.
   ASSERT_TRUE(service_.Delete(record->id).ok());
   EXPECT_EQ(registry_.size(), 0u);
 }
@@ -197,6 +214,40 @@ TEST_F(ServiceTest, AUsedWarmSandboxIsRecycledAndThePoolRefilledWithNewOnes) {
   EXPECT_EQ(service_.pool().Stats("python").depth, 2);
   EXPECT_EQ(backend_.live_sandboxes(), 2);
   EXPECT_EQ(backend_.create_calls(), 3);  // A new one replaced the one taken.
+}
+
+TEST_F(ServiceTest, ACompromisedWarmSandboxLeavesThePoolWhichRefillsAtOnce) {
+  service_.StartPool();
+  ASSERT_TRUE(service_.pool().WaitIdle(absl::Seconds(10)));
+  std::vector<std::string> warm = backend_.ids();
+  ASSERT_EQ(warm.size(), 2u);
+  service_.ReportCompromised(warm[0], "probe: 3 heartbeats missed");
+  EXPECT_FALSE(backend_.Exists(warm[0]));
+  // Not counted any more, and replaced without waiting for a Take to find it dead.
+  ASSERT_TRUE(service_.pool().WaitIdle(absl::Seconds(10)));
+  EXPECT_THAT(service_.MetricsText(), HasSubstr("moat_pool_depth{profile=\"python\"} 2\n"));
+  EXPECT_EQ(backend_.live_sandboxes(), 2);
+  EXPECT_EQ(backend_.create_calls(), 3);
+  EXPECT_THAT(backend_.ids(), ::testing::Not(::testing::Contains(warm[0])));
+  // The next create is served warm.
+  auto record = service_.Create(CreateRequest{"python"});
+  ASSERT_TRUE(record.ok());
+  EXPECT_EQ(record->start_path, StartPath::kWarm);
+}
+
+TEST_F(ServiceTest, AWarmSandboxWhoseInitEndedLeavesThePoolWhichRefillsAtOnce) {
+  service_.StartPool();
+  ASSERT_TRUE(service_.pool().WaitIdle(absl::Seconds(10)));
+  std::vector<std::string> warm = backend_.ids();
+  ASSERT_EQ(warm.size(), 2u);
+  backend_.SetAlive(warm[1], false);
+  service_.ReportExited(warm[1], "killed by signal 9");
+  ASSERT_TRUE(service_.WaitRecycled(absl::Seconds(10)));
+  ASSERT_TRUE(service_.pool().WaitIdle(absl::Seconds(10)));
+  EXPECT_FALSE(backend_.Exists(warm[1]));
+  EXPECT_EQ(service_.pool().Stats("python").depth, 2);
+  EXPECT_EQ(backend_.live_sandboxes(), 2);
+  EXPECT_EQ(backend_.create_calls(), 3);
 }
 
 TEST_F(ServiceTest, StopPoolDestroysTheWarmSandboxesButNotTheUsersOnes) {

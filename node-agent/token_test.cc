@@ -8,26 +8,32 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "node-agent/testing/temp_dir.h"
 
 namespace moat::agent {
 namespace {
 
 using ::testing::HasSubstr;
 
-std::string WriteFile(const std::string& name, const std::string& text, mode_t mode) {
-  std::string path = std::string(::testing::TempDir()) + "/" + name;
-  std::ofstream(path) << text;
-  chmod(path.c_str(), mode);
-  return path;
-}
+class TokenFileTest : public ::testing::Test {
+ protected:
+  std::string WriteFile(const std::string& name, const std::string& text, mode_t mode) {
+    std::string path = dir_.File(name);
+    std::ofstream(path) << text;
+    chmod(path.c_str(), mode);
+    return path;
+  }
 
-TEST(TokenFileTest, ReadsThePrivateFilesFirstLine) {
+  testing::ScopedTempDir dir_;  // Removed with what the test wrote.
+};
+
+TEST_F(TokenFileTest, ReadsThePrivateFilesFirstLine) {
   auto token = ReadTokenFile(WriteFile("ok.token", "  0123456789abcdef0123 \nrest\n", 0600));
   ASSERT_TRUE(token.ok()) << token.status();
   EXPECT_EQ(*token, "0123456789abcdef0123");
 }
 
-TEST(TokenFileTest, RefusesFilesOthersCanRead) {
+TEST_F(TokenFileTest, RefusesFilesOthersCanRead) {
   for (mode_t mode : {0644, 0640, 0604, 0602}) {
     auto token = ReadTokenFile(WriteFile("open.token", "0123456789abcdef0123\n", mode));
     ASSERT_FALSE(token.ok()) << std::oct << mode;
@@ -35,11 +41,11 @@ TEST(TokenFileTest, RefusesFilesOthersCanRead) {
   }
 }
 
-TEST(TokenFileTest, RefusesShortTokensSymlinksAndMissingFiles) {
+TEST_F(TokenFileTest, RefusesShortTokensSymlinksAndMissingFiles) {
   EXPECT_THAT(ReadTokenFile(WriteFile("short.token", "abc\n", 0600)).status().message(),
               HasSubstr("shorter than 16"));
   std::string target = WriteFile("target.token", "0123456789abcdef0123\n", 0600);
-  std::string link = std::string(::testing::TempDir()) + "/link.token";
+  std::string link = dir_.File("link.token");
   unlink(link.c_str());
   ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
   EXPECT_FALSE(ReadTokenFile(link).ok());

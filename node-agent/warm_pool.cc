@@ -112,6 +112,20 @@ std::optional<std::string> WarmPool::Take(absl::string_view profile) {
   }
 }
 
+bool WarmPool::Drop(absl::string_view id) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [name, pool] : pools_) {
+    auto it = std::find(pool.ready.begin(), pool.ready.end(), id);
+    if (it == pool.ready.end()) continue;
+    pool.ready.erase(it);
+    ChangedLocked();
+    LogInfo(absl::StrCat("warm pool: dropped sandbox ", id, " of profile \"", name,
+                         "\" (recycled by the agent); making another"));
+    return true;
+  }
+  return false;
+}
+
 PoolStats WarmPool::Stats(absl::string_view profile) const {
   absl::MutexLock lock(&mu_);
   auto it = pools_.find(profile);

@@ -12,8 +12,8 @@
 // most a minute) with a log line saying why; the other profiles go on.
 //
 // A sandbox leaves the pool exactly once: taken (then it belongs to the caller; the pool never
-// sees it again, so a used sandbox is never reused), trimmed or found dead (to `recycle`), or
-// destroyed at Shutdown.
+// sees it again, so a used sandbox is never reused), trimmed or found dead (to `recycle`),
+// dropped (Drop: the agent recycled it itself, e.g. compromised), or destroyed at Shutdown.
 //
 // Life of the pool:
 //
@@ -95,6 +95,11 @@ class WarmPool {
   // not running, unknown profile): then the caller makes one cold. Dead ones met on the way go
   // to `recycle`. Wakes the workers to refill.
   std::optional<std::string> Take(absl::string_view profile);
+
+  // Forgets `id` if the pool holds it (the agent is recycling it: compromised, or its init
+  // ended) and wakes the workers, which replace it at once; true if it was held. The pool does
+  // not recycle it: the caller does.
+  bool Drop(absl::string_view id);
 
   // Unknown profile: all zero.
   PoolStats Stats(absl::string_view profile) const;

@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "node-agent/fake_backend.h"
+#include "node-agent/testing/temp_dir.h"
 
 namespace moat::agent {
 namespace {
@@ -72,6 +73,7 @@ class WarmPoolTest : public ::testing::Test {
     }
   }
 
+  testing::ScopedTempDir dir_;  // Outlives the pool, which reads policy files in it.
   FakeClock clock_;
   FakeBackend backend_;
   absl::Mutex mu_;
@@ -80,7 +82,7 @@ class WarmPoolTest : public ::testing::Test {
 };
 
 TEST_F(WarmPoolTest, FillsEveryProfileToItsFloorAtStart) {
-  std::string policy_path = std::string(::testing::TempDir()) + "/warm_pool_test_policy.yaml";
+  std::string policy_path = dir_.File("warm_pool_test_policy.yaml");
   std::ofstream(policy_path) << "network:\n  allowedDomains: [pypi.org]\n";
   ProfileConfig python = Profile("python", 3, 10);
   python.policy_file = policy_path;

@@ -81,8 +81,19 @@ WorkspaceFiles::WorkspaceFiles(int root, uid_t owner_uid, gid_t owner_gid, std::
       owner_gid_(owner_gid),
       display_root_(std::move(display_root)) {}
 
+WorkspaceFiles WorkspaceFiles::SandboxRoot(int root, uid_t owner_uid, gid_t owner_gid) {
+  WorkspaceFiles files(root, owner_uid, owner_gid, "");
+  files.whole_root_ = true;
+  return files;
+}
+
+absl::StatusOr<std::string> WorkspaceFiles::Relative(absl::string_view path) const {
+  return whole_root_ ? SandboxRootRelativePath(path) : WorkspaceRelativePath(path);
+}
+
 std::string WorkspaceFiles::Display(absl::string_view rel) const {
-  return rel.empty() ? display_root_ : absl::StrCat(display_root_, "/", rel);
+  if (rel.empty()) return display_root_.empty() ? "/" : display_root_;
+  return absl::StrCat(display_root_, "/", rel);
 }
 
 absl::Status WorkspaceFiles::Error(absl::string_view step, absl::string_view rel,
@@ -97,7 +108,8 @@ absl::Status WorkspaceFiles::Error(absl::string_view step, absl::string_view rel
 absl::StatusOr<UniqueFd> WorkspaceFiles::Open(absl::string_view rel, int flags) const {
   struct open_how how = {};
   how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
-  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
+  // The workspace alone stays on its mount; the sandbox's root crosses its own mounts.
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | (whole_root_ ? 0 : RESOLVE_NO_XDEV);
   std::string path = rel.empty() ? "." : std::string(rel);
   // EAGAIN: a rename elsewhere in the workspace raced the lookup (the kernel refuses to guess
   // for RESOLVE_IN_ROOT); trying again is what the kernel asks for.
@@ -113,38 +125,50 @@ absl::StatusOr<UniqueFd> WorkspaceFiles::Open(absl::string_view rel, int flags) 
   }
 }
 
-absl::StatusOr<std::string> WorkspaceFiles::ReadFile(absl::string_view path, uint64_t offset,
-                                                     uint64_t length) {
-  ASSIGN_OR_RETURN(std::string rel, WorkspaceRelativePath(path));
+absl::StatusOr<OpenedFile> WorkspaceFiles::OpenRead(absl::string_view path) {
+  ASSIGN_OR_RETURN(std::string rel, Relative(path));
   // O_NONBLOCK: opening a FIFO for reading must not wait for a writer; O_NOCTTY: a terminal
   // must never become ours.
   ASSIGN_OR_RETURN(UniqueFd fd, Open(rel, O_RDONLY | O_NONBLOCK | O_NOCTTY));
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return Error("inspect", rel, errno);
-  if (S_ISDIR(st.st_mode)) {
+  ASSIGN_OR_RETURN(FileInfo info, StatAt(fd.get(), "", rel));
+  if (info.type == FileType::kDirectory) {
     return absl::FailedPreconditionError(
         absl::StrCat("\"", Display(rel), "\" is a directory; list it instead of reading it"));
   }
-  if (!S_ISREG(st.st_mode)) {
+  if (info.type != FileType::kFile) {
     return absl::FailedPreconditionError(
-        absl::StrCat("\"", Display(rel), "\" is not a regular file (a FIFO, socket or device)"));
+        absl::StrCat("\"", Display(rel),
+                     "\" is not a regular file (a FIFO, socket or device); only regular "
+                     "files can be read"));
   }
+  return OpenedFile{std::move(fd), std::move(info)};
+}
+
+absl::StatusOr<std::string> ReadAt(int fd, uint64_t offset, uint64_t length) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return ErrnoStatus("inspect the open file");
   uint64_t size = static_cast<uint64_t>(st.st_size);
   if (offset >= size) return std::string();
   std::string data(std::min(length, size - offset), '\0');
   size_t done = 0;
   while (done < data.size()) {
-    ssize_t n = ::pread(fd.get(), data.data() + done, data.size() - done,
-                        static_cast<off_t>(offset + done));
+    ssize_t n =
+        ::pread(fd, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Error("read", rel, errno);
+      return ErrnoStatus("read the open file");
     }
     if (n == 0) break;  // truncated since fstat
     done += static_cast<size_t>(n);
   }
   data.resize(done);
   return data;
+}
+
+absl::StatusOr<std::string> WorkspaceFiles::ReadFile(absl::string_view path, uint64_t offset,
+                                                     uint64_t length) {
+  ASSIGN_OR_RETURN(OpenedFile file, OpenRead(path));
+  return ReadAt(file.fd.get(), offset, length);
 }
 
 absl::StatusOr<UniqueFd> WorkspaceFiles::MakeDirectories(absl::string_view rel) const {
@@ -197,7 +221,7 @@ absl::StatusOr<UniqueFd> WorkspaceFiles::MakeDirectories(absl::string_view rel) 
 }
 
 absl::Status WorkspaceFiles::MakeDirectory(absl::string_view path) {
-  ASSIGN_OR_RETURN(std::string rel, WorkspaceRelativePath(path));
+  ASSIGN_OR_RETURN(std::string rel, Relative(path));
   absl::StatusOr<UniqueFd> made = MakeDirectories(rel);
   if (!made.ok() && absl::IsNotFound(made.status())) {
     // A file as a middle component makes the lookup fail with ENOTDIR (NotFound); to the
@@ -210,10 +234,10 @@ absl::Status WorkspaceFiles::MakeDirectory(absl::string_view path) {
 
 absl::Status WorkspaceFiles::WriteFile(absl::string_view path, absl::string_view data,
                                        uint32_t mode) {
-  ASSIGN_OR_RETURN(std::string rel, WorkspaceRelativePath(path));
+  ASSIGN_OR_RETURN(std::string rel, Relative(path));
   if (rel.empty()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("\"", display_root_, "\" is a directory; give a file path under it"));
+        absl::StrCat("\"", Display(""), "\" is a directory; give a file path under it"));
   }
   auto [parent_rel, name] = SplitParent(rel);
   absl::StatusOr<UniqueFd> parent = MakeDirectories(parent_rel);
@@ -264,6 +288,10 @@ absl::StatusOr<FileInfo> WorkspaceFiles::StatAt(int dirfd, const std::string& na
   FileInfo info;
   info.path = Display(rel);
   info.is_dir = S_ISDIR(st.st_mode);
+  info.type = S_ISDIR(st.st_mode)   ? FileType::kDirectory
+              : S_ISREG(st.st_mode) ? FileType::kFile
+              : S_ISLNK(st.st_mode) ? FileType::kSymlink
+                                    : FileType::kOther;
   info.size = static_cast<uint64_t>(st.st_size);
   info.mode = st.st_mode & 07777;
   info.modified = absl::TimeFromTimespec(st.st_mtim);
@@ -271,14 +299,23 @@ absl::StatusOr<FileInfo> WorkspaceFiles::StatAt(int dirfd, const std::string& na
 }
 
 absl::StatusOr<FileInfo> WorkspaceFiles::Stat(absl::string_view path) {
-  ASSIGN_OR_RETURN(std::string rel, WorkspaceRelativePath(path));
+  ASSIGN_OR_RETURN(std::string rel, Relative(path));
   if (rel.empty()) return StatAt(root_, "", rel);
-  ASSIGN_OR_RETURN(UniqueFd target, Open(rel, O_PATH));  // follows links, inside only
-  return StatAt(target.get(), "", rel);
+  absl::StatusOr<UniqueFd> target = Open(rel, O_PATH);  // follows links, inside only
+  if (target.ok()) return StatAt(target->get(), "", rel);
+  if (!absl::IsNotFound(target.status())) return target.status();
+  // Not there, or a symlink that leads nowhere inside: then the link itself is described, so
+  // that it can be inspected and deleted like any entry a listing shows.
+  auto [parent_rel, name] = SplitParent(rel);
+  absl::StatusOr<UniqueFd> parent = Open(parent_rel, O_PATH | O_DIRECTORY);
+  if (!parent.ok()) return target.status();
+  absl::StatusOr<FileInfo> link = StatAt(parent->get(), name, rel);
+  if (!link.ok() || link->type != FileType::kSymlink) return target.status();
+  return link;
 }
 
 absl::StatusOr<std::vector<FileInfo>> WorkspaceFiles::List(absl::string_view path) {
-  ASSIGN_OR_RETURN(std::string rel, WorkspaceRelativePath(path));
+  ASSIGN_OR_RETURN(std::string rel, Relative(path));
   // O_PATH first: tells "not a directory" (FailedPrecondition) from "not there" (NotFound)
   // without opening whatever the entry is.
   ASSIGN_OR_RETURN(UniqueFd target, Open(rel, O_PATH));
@@ -324,11 +361,11 @@ absl::StatusOr<std::vector<FileInfo>> WorkspaceFiles::List(absl::string_view pat
 }
 
 absl::Status WorkspaceFiles::Move(absl::string_view from, absl::string_view to) {
-  ASSIGN_OR_RETURN(std::string from_rel, WorkspaceRelativePath(from));
-  ASSIGN_OR_RETURN(std::string to_rel, WorkspaceRelativePath(to));
+  ASSIGN_OR_RETURN(std::string from_rel, Relative(from));
+  ASSIGN_OR_RETURN(std::string to_rel, Relative(to));
   if (from_rel.empty() || to_rel.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cannot move \"", display_root_, "\" itself or replace it"));
+        absl::StrCat("cannot move \"", Display(""), "\" itself or replace it"));
   }
   if (absl::StartsWith(to_rel, absl::StrCat(from_rel, "/"))) {
     return absl::InvalidArgumentError(absl::StrCat("cannot move \"", Display(from_rel),
@@ -369,11 +406,21 @@ absl::Status WorkspaceFiles::Move(absl::string_view from, absl::string_view to) 
   return absl::OkStatus();
 }
 
+absl::Status WorkspaceFiles::SetMode(absl::string_view path, uint32_t mode) {
+  ASSIGN_OR_RETURN(std::string rel, Relative(path));
+  ASSIGN_OR_RETURN(UniqueFd target, Open(rel, O_PATH));
+  // fchmod refuses an O_PATH descriptor; its /proc/self/fd link names exactly the inode it holds
+  // (resolved already, inside the root), and opening it for reading would need read permission.
+  const std::string via = absl::StrCat("/proc/self/fd/", target.get());
+  if (::chmod(via.c_str(), mode & 0777) != 0) return Error("chmod", rel, errno);
+  return absl::OkStatus();
+}
+
 absl::Status WorkspaceFiles::Remove(absl::string_view path) {
-  ASSIGN_OR_RETURN(std::string rel, WorkspaceRelativePath(path));
+  ASSIGN_OR_RETURN(std::string rel, Relative(path));
   if (rel.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("refusing to remove \"", display_root_, "\" itself; remove its entries"));
+        absl::StrCat("refusing to remove \"", Display(""), "\" itself; remove its entries"));
   }
   auto [parent_rel, name] = SplitParent(rel);
   ASSIGN_OR_RETURN(UniqueFd parent, Open(parent_rel, O_PATH | O_DIRECTORY));

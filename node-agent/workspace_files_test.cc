@@ -187,8 +187,12 @@ TEST_F(WorkspaceFilesTest, ListReportsSymlinksThemselvesAndStatFollowsThemInside
   Put(ws_ + "/b", "bb");
   Put(ws_ + "/a", "a");
   fs::create_directory(ws_ + "/c");
-  // Stat follows, inside the workspace: "/etc" there does not exist (the host's is not seen).
-  EXPECT_TRUE(absl::IsNotFound(files_->Stat("link").status()));
+  // Stat follows, inside the workspace: "/etc" there does not exist (the host's is not seen),
+  // so the link leads nowhere and is described itself.
+  auto dangling = files_->Stat("link");
+  ASSERT_TRUE(dangling.ok()) << dangling.status();
+  EXPECT_EQ(dangling->type, FileType::kSymlink);
+  EXPECT_EQ(dangling->size, 4u);  // "/etc"
   fs::create_symlink("b", ws_ + "/to-b");
   auto to_b = files_->Stat("to-b");
   ASSERT_TRUE(to_b.ok()) << to_b.status();
@@ -203,7 +207,63 @@ TEST_F(WorkspaceFilesTest, ListReportsSymlinksThemselvesAndStatFollowsThemInside
               ElementsAre("/workspace/a", "/workspace/b", "/workspace/c", "/workspace/link"));
   EXPECT_EQ((*list)[1].size, 2u);
   EXPECT_TRUE((*list)[2].is_dir);
+  EXPECT_EQ((*list)[2].type, FileType::kDirectory);
   EXPECT_FALSE((*list)[3].is_dir);
+  EXPECT_EQ((*list)[3].type, FileType::kSymlink);
+  EXPECT_EQ((*list)[0].type, FileType::kFile);
+}
+
+TEST_F(WorkspaceFilesTest, SetModeChangesTheBitsOfWhatThePathLeadsTo) {
+  ASSERT_TRUE(files_->WriteFile("x", "x", 0644).ok());
+  fs::create_symlink("x", ws_ + "/to-x");
+  ASSERT_TRUE(files_->SetMode("to-x", 04700).ok());  // set-id bits are dropped
+  struct stat st;
+  ASSERT_EQ(::stat((ws_ + "/x").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  // A link out of the workspace resolves inside it: the host file keeps its mode.
+  fs::create_symlink(base_ + "/host/secret", ws_ + "/out");
+  EXPECT_TRUE(absl::IsNotFound(files_->SetMode("out", 0777)));
+  ASSERT_EQ(::stat((base_ + "/host/secret").c_str(), &st), 0);
+  EXPECT_NE(st.st_mode & 0777, 0777u);
+}
+
+TEST_F(WorkspaceFilesTest, ADanglingSymlinkCanBeInspectedAndRemoved) {
+  fs::create_symlink("missing", ws_ + "/dangling");
+  fs::create_symlink("../../outside", ws_ + "/climbing");
+  for (const char* name : {"dangling", "climbing"}) {
+    SCOPED_TRACE(name);
+    auto info = files_->Stat(name);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->type, FileType::kSymlink);
+    EXPECT_FALSE(info->is_dir);
+    EXPECT_TRUE(absl::IsNotFound(files_->ReadFile(name, 0, 10).status()));
+    ASSERT_TRUE(files_->Remove(name).ok());
+    EXPECT_FALSE(fs::exists(fs::symlink_status(ws_ + "/" + name)));
+    EXPECT_TRUE(absl::IsNotFound(files_->Stat(name).status()));
+  }
+  EXPECT_TRUE(absl::IsNotFound(files_->Stat("never-was").status()));
+}
+
+TEST_F(WorkspaceFilesTest, SpecialFilesAreDescribedAsOtherAndNeverOpened) {
+  ASSERT_EQ(::mkfifo((ws_ + "/pipe").c_str(), 0644), 0);
+  auto info = files_->Stat("pipe");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->type, FileType::kOther);
+  EXPECT_TRUE(absl::IsFailedPrecondition(files_->OpenRead("pipe").status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(files_->OpenRead("").status()));  // the root directory
+}
+
+// A download reads through one descriptor: a file replaced meanwhile (upload = write a temporary
+// file, rename it over) leaves what was opened intact.
+TEST_F(WorkspaceFilesTest, AnOpenedFileKeepsReadingWhatWasOpened) {
+  ASSERT_TRUE(files_->WriteFile("f", std::string(10000, 'a'), 0644).ok());
+  auto opened = files_->OpenRead("f");
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ(opened->info.size, 10000u);
+  EXPECT_EQ(*ReadAt(opened->fd.get(), 0, 5000), std::string(5000, 'a'));
+  ASSERT_TRUE(files_->WriteFile("f", std::string(10000, 'b'), 0644).ok());
+  EXPECT_EQ(*ReadAt(opened->fd.get(), 5000, 10000), std::string(5000, 'a'));
+  EXPECT_EQ(*files_->ReadFile("f", 0, 3), "bbb");
 }
 
 TEST_F(WorkspaceFilesTest, DirectoryVersusFileErrors) {

@@ -15,4 +15,10 @@ namespace moat::agent {
 // result without following symlinks out (RESOLVE_IN_ROOT), since sandbox code can make symlinks.
 absl::StatusOr<std::string> WorkspaceRelativePath(absl::string_view path);
 
+// Maps a sandbox path to the path relative to the sandbox's root ("/tmp/a" -> "tmp/a", "/" ->
+// ""); a relative path is relative to /workspace ("a/b" -> "workspace/a/b"). Refuses what
+// WorkspaceRelativePath refuses but absolute paths: "..", control bytes, over 4096 bytes. Where
+// the result leads is for the backend's resolution inside the sandbox's root to say.
+absl::StatusOr<std::string> SandboxRootRelativePath(absl::string_view path);
+
 }  // namespace moat::agent

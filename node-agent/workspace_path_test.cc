@@ -34,4 +34,18 @@ TEST(WorkspaceRelativePathTest, RefusesEscapes) {
 }
 
 }  // namespace
+TEST(SandboxRootRelativePathTest, AnyAbsolutePathRelativeOnesUnderTheWorkspace) {
+  EXPECT_EQ(*SandboxRootRelativePath("/tmp/a//b/./c"), "tmp/a/b/c");
+  EXPECT_EQ(*SandboxRootRelativePath("/"), "");
+  EXPECT_EQ(*SandboxRootRelativePath("a/b"), "workspace/a/b");
+  EXPECT_EQ(*SandboxRootRelativePath("."), "workspace");
+  for (const std::string& bad : std::vector<std::string>{"/tmp/../etc", "../x",
+                                                         "a\x01"
+                                                         "b",
+                                                         std::string(5000, 'a')}) {
+    EXPECT_EQ(SandboxRootRelativePath(bad).status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+}
+
 }  // namespace moat::agent

@@ -47,8 +47,9 @@ void SetEnv(std::vector<std::pair<std::string, std::string>>& env, const std::st
 
 absl::StatusOr<std::unique_ptr<SandboxFactory>> SandboxFactory::Create(std::string init_binary) {
   ASSIGN_OR_RETURN(CgroupLayout layout, DetectCgroupLayout());
-  // As in Runner::Create: every process dies with init (pid namespace), no freezer needed.
-  layout.v1_mounts.erase("freezer");
+  // Unlike Runner::Create, the v1 freezer is kept (when mounted): every process still dies with
+  // init (pid namespace), but the agent pauses and resumes whole sandboxes with it
+  // (node-agent/freezer.h). On cgroup v2 the freezer is core (cgroup.freeze).
   RETURN_IF_ERROR(PlanCgroup(layout).status());
   ASSIGN_OR_RETURN(IdMapping ids, DefaultIdMapping());
   SeccompOptions options;

@@ -1,9 +1,11 @@
 #include "sandbox/reaper.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -23,9 +25,35 @@ namespace {
 // become init's own on first write.
 struct Running {
   uint32_t seq;
-  pid_t pid;  // 0: free slot
+  pid_t pid;      // 0: free slot
+  bool signaled;  // a Signal reached its tree: what is left of it when it exits is killed
 };
 Running running[kReaperMaxCommands];
+
+// A command's tree is every process descended from it, whatever session or group it put itself
+// in (setsid leaves the group Signal addresses, not the tree). The command is a child subreaper
+// (prctl, kept across execve), so while it lives, what its children orphan is reparented to it
+// and stays in its tree. The tree is read from /proc: each process's parent from
+// /proc/PID/stat (this kernel may lack /proc/PID/task/TID/children, CONFIG_PROC_CHILDREN).
+constexpr size_t kMaxProcesses = 8192;
+struct Process {
+  pid_t pid;
+  pid_t ppid;
+  unsigned long long start;  // start time in clock ticks: a pid reused later differs
+};
+Process processes[kMaxProcesses];
+size_t n_processes;
+Process tree[kMaxProcesses];
+// Members of signalled trees, kept until their command exits: then those still alive (same pid
+// and start time) are killed, since they have been reparented to init and left the tree.
+struct Tracked {
+  uint32_t seq;
+  Process process;
+};
+constexpr size_t kMaxTracked = 4096;
+Tracked tracked[kMaxTracked];
+alignas(8) char dirents[16384];
+char stat_text[1024];
 char strings[kReaperMaxStrings + 1];
 char* argv[kReaperMaxArgs + 1];
 char* envp[kReaperMaxArgs + 1];
@@ -71,10 +99,121 @@ alignas(64) char command_stack[64 * 1024];
   ::_exit(code);
 }
 
+// "/proc/<pid>/stat" into `out` (at least 32 bytes).
+void StatPath(pid_t pid, char* out) {
+  char digits[16];
+  int n = 0;
+  for (unsigned v = static_cast<unsigned>(pid); n == 0 || v != 0; v /= 10)
+    digits[n++] = '0' + v % 10;
+  std::memcpy(out, "/proc/", 6);
+  int at = 6;
+  while (n > 0) out[at++] = digits[--n];
+  std::memcpy(out + at, "/stat", 6);
+}
+
+// Parent and start time of `pid` (fields 4 and 22 of /proc/PID/stat); false if it is gone.
+bool ReadProcess(pid_t pid, Process* out) {
+  char path[32];
+  StatPath(pid, path);
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ssize_t n = ::read(fd, stat_text, sizeof(stat_text) - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  stat_text[n] = '\0';
+  // The name (field 2) may hold spaces and parentheses: the fields after it start after the
+  // last ')'.
+  char* p = std::strrchr(stat_text, ')');
+  if (p == nullptr) return false;
+  ++p;
+  unsigned long long fields[20] = {};  // fields 3.. ; 3 is the state letter
+  int field = 3;
+  while (*p != '\0' && field <= 22) {
+    while (*p == ' ') ++p;
+    unsigned long long v = 0;
+    while (*p >= '0' && *p <= '9') v = v * 10 + static_cast<unsigned>(*p++ - '0');
+    while (*p != ' ' && *p != '\0') ++p;
+    if (field - 3 < 20) fields[field - 3] = v;
+    ++field;
+  }
+  if (field <= 22) return false;
+  out->pid = pid;
+  out->ppid = static_cast<pid_t>(fields[4 - 3]);
+  out->start = fields[22 - 3];
+  return true;
+}
+
+// Every process of the sandbox (its /proc), into `processes`.
+void ScanProcesses() {
+  n_processes = 0;
+  int dir = ::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return;
+  for (;;) {
+    long n = ::syscall(SYS_getdents64, dir, dirents, sizeof(dirents));
+    if (n <= 0) break;
+    for (long at = 0; at < n;) {
+      auto* d = reinterpret_cast<struct dirent64*>(dirents + at);
+      at += d->d_reclen;
+      pid_t pid = 0;
+      const char* name = d->d_name;
+      if (*name < '1' || *name > '9') continue;
+      for (; *name >= '0' && *name <= '9'; ++name) pid = pid * 10 + (*name - '0');
+      if (*name != '\0' || n_processes == kMaxProcesses) continue;
+      if (ReadProcess(pid, &processes[n_processes])) ++n_processes;
+    }
+  }
+  ::close(dir);
+}
+
+// The descendants of `root` among `processes` (root not included), into `tree`; their count.
+// Quadratic, but a sandbox holds at most its pids limit of processes.
+size_t Descendants(pid_t root) {
+  size_t n = 0;
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (size_t i = 0; i < n_processes; ++i) {
+      const Process& p = processes[i];
+      bool known = false, parent_in = p.ppid == root;
+      for (size_t j = 0; j < n && !known; ++j) {
+        known = tree[j].pid == p.pid;
+        parent_in = parent_in || tree[j].pid == p.ppid;
+      }
+      if (!known && parent_in && n < kMaxProcesses) {
+        tree[n++] = p;
+        grew = true;
+      }
+    }
+  }
+  return n;
+}
+
+void Track(uint32_t seq, const Process& p) {
+  Tracked* free_slot = nullptr;
+  for (Tracked& t : tracked) {
+    if (t.process.pid == p.pid && t.seq == seq) return;
+    if (free_slot == nullptr && t.process.pid == 0) free_slot = &t;
+  }
+  if (free_slot != nullptr) *free_slot = {seq, p};
+}
+
+// The command `seq` has exited after a Signal: what is left of its tree dies.
+void KillTracked(uint32_t seq) {
+  for (Tracked& t : tracked) {
+    if (t.process.pid == 0 || t.seq != seq) continue;
+    Process now;
+    if (ReadProcess(t.process.pid, &now) && now.start == t.process.start) {
+      ::kill(t.process.pid, SIGKILL);
+    }
+    t = {};
+  }
+}
+
 // The command's side of the clone: the last steps, then execve. Never returns.
 int BecomeCommand(void* arg) {
   const CommandStart& c = *static_cast<const CommandStart*>(arg);
   if (::setsid() < 0) Fail("new session (setsid)", errno, 125);
+  // What it starts and orphans stays in its tree (see Running); kept across execve.
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) Fail("become a child subreaper", errno, 125);
   ResetSignals();
   if (::dup2(c.fds[0], 0) < 0 || ::dup2(c.fds[1], 1) < 0 || ::dup2(c.fds[2], 2) < 0) {
     Fail("connect standard input and output", errno, 125);
@@ -155,19 +294,53 @@ void StartCommand(int sync_fd, const RlimitSetting* rlimits, size_t n_rlimits,
   }
   slot->seq = req.seq;
   slot->pid = static_cast<pid_t>(pid);
+  slot->signaled = false;
   // A failed start still ends with an Exited event (126/127 after execve, 125 before).
   SendStarted(sync_fd, req.seq, static_cast<pid_t>(pid), start_failure.error, start_failure.step);
 }
 
 void SignalCommand(const ReaperRequest& req) {
   if (req.signal <= 0 || req.signal >= NSIG) return;
-  for (const Running& r : running) {
-    if (r.pid != 0 && r.seq == req.seq) {
-      // Its process group (setsid made it the leader); the command itself if it left the group
-      // and nobody is left in it. Never both: a handler would run twice.
-      if (::kill(-r.pid, req.signal) != 0) ::kill(r.pid, req.signal);
+  for (Running& r : running) {
+    if (r.pid == 0 || r.seq != req.seq) continue;
+    r.signaled = true;
+    if (req.signal == SIGKILL) {
+      // Stopped first, round after round until no new process appears, so that nothing forks
+      // or is reparented out of the tree while it is being killed.
+      size_t stopped = 0;
+      for (int round = 0; round < 16; ++round) {
+        ScanProcesses();
+        size_t n = Descendants(r.pid);
+        ::kill(r.pid, SIGSTOP);
+        for (size_t i = 0; i < n; ++i) {
+          ::kill(tree[i].pid, SIGSTOP);
+          Track(r.seq, tree[i]);
+        }
+        if (n == stopped) break;
+        stopped = n;
+      }
+      for (Tracked& t : tracked) {
+        if (t.process.pid != 0 && t.seq == r.seq) ::kill(t.process.pid, SIGKILL);
+      }
+      ::kill(-r.pid, SIGKILL);
+      ::kill(r.pid, SIGKILL);
       return;
     }
+    // The tree first: once the signal ends the command, what it started is reparented to init
+    // and no longer found under it.
+    ScanProcesses();
+    size_t n = Descendants(r.pid);
+    for (size_t i = 0; i < n; ++i) Track(r.seq, tree[i]);
+    // Its process group (setsid made it the leader); the command itself if it left the group
+    // and nobody is left in it. Never both: a handler would run twice.
+    if (::kill(-r.pid, req.signal) != 0) ::kill(r.pid, req.signal);
+    // Then the members of its tree that left the group (their own setsid or setpgid). Those
+    // that ignore the signal (a shell's background jobs ignore SIGINT) are killed when the
+    // command exits, or by the SIGKILL after the grace.
+    for (size_t i = 0; i < n; ++i) {
+      if (::getpgid(tree[i].pid) != r.pid) ::kill(tree[i].pid, req.signal);
+    }
+    return;
   }
 }
 
@@ -184,6 +357,7 @@ void ReapChildren(int sync_fd) {
         event.pid = pid;
         event.status = status;
         r.pid = 0;
+        if (r.signaled) KillTracked(r.seq);
         Send(sync_fd, event);
         break;
       }

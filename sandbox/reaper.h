@@ -11,13 +11,17 @@
 //   Exec{seq, cwd, argv, env} + 3 fds ──────▶ clone ─────────────────────▶ setsid, stdio, chdir,
 //                                             wait for execve (CLOEXEC       rlimits, execve
 //   Started{seq, pid | errno, step} ◀──────── error pipe: EOF = started)
-//   Signal{seq, signo} ─────────────────────▶ kill(-pgid, signo)
+//   Signal{seq, signo} ─────────────────────▶ its tree: kill(-pgid), kill(each member)
 //   Exited{seq, wait status} ◀─────────────── SIGCHLD (signalfd), waitpid
 //   close the socket ───────────────────────▶ EOF: exit; the kernel kills every process left
 //
 // Orphans (background children of finished commands) are reaped silently. A command's process
-// group is its pid (setsid), which is what Signal addresses; a process that leaves it with its
-// own setsid is only reached by the sandbox-wide kill (init's death).
+// group is its pid (setsid); Signal addresses it and every process of the command's tree (read
+// from /proc's parent links), so one that leaves the group with its own setsid is reached too.
+// The command is a child subreaper, so what it starts stays in its tree while it lives; after a
+// Signal, what is left of the tree when the command exits is killed (it would be reparented to
+// init and lost). SIGKILL stops the whole tree first (round after round), then kills it.
+// A command that ends normally leaves its background processes running, as before.
 #pragma once
 
 #include <sys/types.h>

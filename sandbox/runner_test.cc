@@ -104,6 +104,25 @@ TEST_F(RunnerTest, CpuTimeoutComesFromTheCgroup) {
   EXPECT_LT(r->cpu_seconds, 2.0);
 }
 
+// The OOM killer's victim is the shell's child: the shell exits 137 itself, and the run still
+// ended by OOM. A run that survives an OOM kill (exit 0) stays "exited".
+TEST_F(RunnerTest, AShellWhoseChildIsOomKilledEndsOomKilled) {
+  const std::string hog =
+      "/usr/bin/python3 -c 'b = bytearray(96 << 20); b[::4096] = b\"x\" * len(b[::4096])'";
+  RunRequest req = Request({"/bin/sh", "-c", hog + "; exit $?"});
+  req.limits.memory_bytes = 32 << 20;
+  absl::StatusOr<RunResult> r = runner_->Run(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, RunStatus::kOomKilled);
+  EXPECT_EQ(r->exit_code, 128 + SIGKILL);
+
+  req = Request({"/bin/sh", "-c", hog + "; exit 0"});
+  req.limits.memory_bytes = 32 << 20;
+  r = runner_->Run(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, RunStatus::kExited);
+}
+
 // Runs after one that hit every limit: with cgroup v1 they get its cgroup back (cgroup_spares.h),
 // and nothing of that run may show in theirs.
 TEST_F(RunnerTest, NothingOfARunThatHitTheLimitsShowsInTheNext) {

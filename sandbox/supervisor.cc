@@ -246,8 +246,11 @@ class Supervisor {
       r.signal = SIGKILL;
       AddViolation("cancelled", "the supervisor was asked to stop; the sandbox was killed");
     } else if (command_status_ && WIFEXITED(*command_status_)) {
-      r.status = RunStatus::kExited;
       r.exit_code = WEXITSTATUS(*command_status_);
+      // `sh -c 'python3 ...'` exits 137 itself when the OOM killer ends its python: a failed
+      // run with an OOM kill in its cgroup ended by OOM, whichever process was the victim.
+      r.status =
+          r.exit_code != 0 && usage->oom_kills > 0 ? RunStatus::kOomKilled : RunStatus::kExited;
     } else {
       // Killed by a signal, or init itself was killed (the OOM killer may pick it).
       int sig =

@@ -21,8 +21,9 @@ show "$moat" run --json -- sh -c 'printf "\033[31mred\033[0m key=sk-abcdefghijkl
 echo
 echo "== egress: allowed domains go through moat's proxy; everything else is refused and audited"
 # A server on the host's loopback stands in for the internet; nothing leaves this machine.
+# -u: the server prints its port unbuffered (a block-buffered log would hold it back).
 tmp=$(mktemp -d /var/tmp/moat-demo.XXXXXX)
-python3 -m http.server --bind 127.0.0.1 --directory "$tmp" 0 >"$tmp/server.log" 2>&1 &
+python3 -u -m http.server --bind 127.0.0.1 --directory "$tmp" 0 >"$tmp/server.log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null; rm -rf "$tmp"' EXIT
 port=

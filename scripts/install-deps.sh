@@ -8,7 +8,7 @@ export DEBIAN_FRONTEND=noninteractive
 pkgs=(build-essential cmake ninja-build pkg-config
       libcpp-httplib-dev libyaml-cpp-dev prometheus-cpp-dev libseccomp-dev libabsl-dev
       libgtest-dev libgmock-dev nlohmann-json3-dev libssl-dev
-      python3 procps iproute2 util-linux curl openssl
+      python3 procps iproute2 util-linux curl openssl git
       clang)  # scripts/clang-check.sh: the thread-safety analysis GCC does not do
 if [ "${1:-}" = "--with-peers" ]; then pkgs+=(bubblewrap crun); fi
 # Deploy checks (scripts/deploy-check.sh): promtool and a real Prometheus, unzip for helm's npm
@@ -24,7 +24,7 @@ if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "install-deps: missing Debian packages: ${missing[*]}" >&2
-  echo "install-deps: run this script as root (or: sudo apt-get install ${missing[*]})" >&2
+  echo "install-deps: run this script as root (or, as root: apt-get install ${missing[*]})" >&2
   exit 1
 fi
 echo "install-deps: installing ${missing[*]}"

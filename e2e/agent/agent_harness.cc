@@ -198,8 +198,10 @@ CommandRun AgentProcess::Run(const std::string& id, const std::string& token,
       nlohmann::json e = nlohmann::json::parse(event.substr(6), nullptr, false);
       if (!e.is_object()) continue;
       const std::string type = e.value("type", "");
-      if (type == "stdout") run.stdout_text += e.value("text", "");
-      if (type == "stderr") run.stderr_text += e.value("text", "");
+      // One event per line, its terminator removed ("\n" alone: a blank line).
+      auto line = [](const std::string& text) { return text == "\n" ? text : text + "\n"; };
+      if (type == "stdout") run.stdout_text += line(e.value("text", ""));
+      if (type == "stderr") run.stderr_text += line(e.value("text", ""));
       if (type == "execution_complete") run.completed = true;
       if (type == "error" && e.contains("error")) run.error = e["error"].dump();
       run.events.push_back(std::move(e));

@@ -1,5 +1,5 @@
 // Test helper for the agent's HTTP APIs: checks that a response is the JSON error the API
-// promises, {"error": {"code", "message"}}, with this status and code.
+// promises, {"code", "message"} (OpenSandbox's ErrorResponse), with this status and code.
 #pragma once
 
 #include <string>
@@ -15,10 +15,11 @@ inline std::string ExpectError(const std::pair<int, std::string>& response, int 
                                const std::string& code) {
   EXPECT_EQ(response.first, status) << response.second;
   nlohmann::json body = nlohmann::json::parse(response.second, nullptr, false);
-  EXPECT_TRUE(body.is_object() && body.contains("error")) << response.second;
-  if (!body.is_object() || !body.contains("error")) return "";
-  EXPECT_EQ(body["error"]["code"], code) << response.second;
-  return body["error"].value("message", "");
+  EXPECT_TRUE(body.is_object() && body.contains("code") && body.contains("message"))
+      << response.second;
+  if (!body.is_object() || !body.contains("code")) return "";
+  EXPECT_EQ(body["code"], code) << response.second;
+  return body.value("message", "");
 }
 
 }  // namespace moat::agent::testing
