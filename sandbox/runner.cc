@@ -1,6 +1,7 @@
 #include "sandbox/runner.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -234,11 +235,18 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
     guard_options.arch = seccomp->arch();
     absl::StatusOr<std::unique_ptr<CreationGuard>> started =
         CreationGuard::Start(std::move(guard_options));
-    if (!started.ok()) {
-      KillSandbox(proc);
-      return started.status();
+    if (started.ok()) {
+      guard = *std::move(started);
+    } else {
+      // A short command may be over, and its init exiting (its root released before it turns
+      // zombie, when the pidfd says so) before the guard looks: then no process is left that
+      // could create anything. Otherwise nothing runs unguarded.
+      struct pollfd ended = {proc.pidfd.get(), POLLIN, 0};
+      if (::poll(&ended, 1, /*timeout_ms=*/1000) != 1) {
+        KillSandbox(proc);
+        return started.status();
+      }
     }
-    guard = *std::move(started);
   }
 
   SuperviseOptions watch;
