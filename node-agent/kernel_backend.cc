@@ -26,6 +26,7 @@
 #include "sandbox/cgroup_fs.h"
 #include "sandbox/egress/sandbox_egress.h"
 #include "sandbox/policy.h"
+#include "sandbox/util/env.h"
 #include "sandbox/util/errno_status.h"
 #include "sandbox/util/status_macros.h"
 
@@ -393,15 +394,7 @@ absl::StatusOr<std::string> KernelBackend::Exec(absl::string_view id, const Exec
   ASSIGN_OR_RETURN(std::shared_ptr<Box> box, Find(id));
   // The environment: the sandbox's (PATH, HOME, proxy variables), then the request's.
   std::vector<std::pair<std::string, std::string>> merged = box->sandbox->base_env();
-  for (const auto& [name, value] : request.env) {
-    auto it =
-        std::find_if(merged.begin(), merged.end(), [&](const auto& e) { return e.first == name; });
-    if (it != merged.end()) {
-      it->second = value;
-    } else {
-      merged.emplace_back(name, value);
-    }
-  }
+  OverrideEnv(&merged, request.env);
   std::vector<std::string> env;
   for (const auto& [name, value] : merged) {
     if (name.empty() || name.find('=') != std::string::npos) {
@@ -445,7 +438,7 @@ absl::StatusOr<std::string> KernelBackend::Exec(absl::string_view id, const Exec
   out_w.reset();
   err_w.reset();
   absl::MutexLock lock(&mu_);
-  auto forget = [&] {
+  auto forget = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     RemoveWatchLocked(command->out_token, command->out.get());
     RemoveWatchLocked(command->err_token, command->err.get());
     box->commands.erase(command->seq);

@@ -21,6 +21,7 @@
 #include "sandbox/egress/resolver.h"
 #include "sandbox/protected_paths.h"
 #include "sandbox/units.h"
+#include "sandbox/util/env.h"
 #include "sandbox/util/status_macros.h"
 
 namespace moat::sandbox {
@@ -360,14 +361,7 @@ absl::Status MergeEnv(const PolicyLayer& layer, Policy* policy) {
     if (absl::Status s = ValidateEnvVar(name, value); !s.ok()) {
       return KeyError(layer, absl::StrCat("env.", name), s.message());
     }
-    const std::string& key = name;  // clang 14 cannot capture a structured binding
-    auto it = std::find_if(policy->env.begin(), policy->env.end(),
-                           [&](const auto& entry) { return entry.first == key; });
-    if (it != policy->env.end()) {
-      it->second = value;
-    } else {
-      policy->env.emplace_back(name, value);
-    }
+    OverrideEnv(&policy->env, {{name, value}});
   }
   return absl::OkStatus();
 }

@@ -23,6 +23,7 @@
 #include "sandbox/rlimits.h"
 #include "sandbox/spawn.h"
 #include "sandbox/supervisor.h"
+#include "sandbox/util/env.h"
 #include "sandbox/util/errno_status.h"
 #include "sandbox/util/status_macros.h"
 
@@ -168,15 +169,7 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   std::vector<std::pair<std::string, std::string>> request_env;
   if (egress) request_env = egress->Env();
   request_env.insert(request_env.end(), request.env.begin(), request.env.end());
-  for (const auto& entry : request_env) {
-    auto it =
-        std::find_if(env.begin(), env.end(), [&](const auto& e) { return e.first == entry.first; });
-    if (it != env.end()) {
-      it->second = entry.second;
-    } else {
-      env.push_back(entry);
-    }
-  }
+  OverrideEnv(&env, request_env);
   std::string path_value;
   for (const auto& [name, value] : env) {
     plan.env_storage.push_back(absl::StrCat(name, "=", value));
