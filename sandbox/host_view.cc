@@ -31,6 +31,13 @@ bool IsDirectory(const std::string& path) {
 // Paths the sandbox never sees from the host because it has its own mounts there.
 constexpr const char* kPrivateTrees[] = {"/proc", "/sys", "/dev", "/tmp", "/run", "/workspace"};
 
+// Whether `path` is in a tree the sandbox has of its own (its /tmp, /proc, ...), where no host
+// file shows anyway.
+bool InPrivateTree(absl::string_view path) {
+  return std::any_of(std::begin(kPrivateTrees), std::end(kPrivateTrees),
+                     [&](const char* tree) { return IsPathUnder(path, tree); });
+}
+
 }  // namespace
 
 HostContext CurrentHostContext() {
@@ -138,9 +145,12 @@ absl::StatusOr<MountOptions> MountOptionsFor(const Policy& policy, const HostCon
   if (working_dir) shown.push_back(*working_dir);
   std::vector<std::string> whole_homes;
   for (const std::string& home : hidden) {
-    bool holds_shown = std::any_of(shown.begin(), shown.end(), [&](const std::string& path) {
-      return IsPathUnder(path, home) && path != home;
-    });
+    // A home in a tree the sandbox has of its own (a test's HOME under /tmp) needs no
+    // skeleton: what is shown in it gets a mount point in that tree.
+    bool holds_shown = !InPrivateTree(home) &&
+                       std::any_of(shown.begin(), shown.end(), [&](const std::string& path) {
+                         return IsPathUnder(path, home) && path != home;
+                       });
     (holds_shown ? options.home_skeletons : whole_homes).push_back(home);
   }
   hidden = whole_homes;
@@ -175,6 +185,14 @@ absl::StatusOr<MountOptions> MountOptionsFor(const Policy& policy, const HostCon
   // inside the sandbox's root, so a symlink on the way leads into the covered tree too): covering
   // it as well would only cost the child a mount step. Sorted, an ancestor comes first.
   for (const std::string& path : hidden) {
+    // In a tree of the sandbox's own (/tmp, ...) nothing of the host shows but what a writable
+    // path or the working directory binds there: only paths inside those need covering (and
+    // covering others, say a HOME under /tmp, would cover the mount points made for them).
+    if (InPrivateTree(path) && std::none_of(shown.begin(), shown.end(), [&](const std::string& s) {
+          return IsPathUnder(path, s);
+        })) {
+      continue;
+    }
     if (std::none_of(options.hidden_paths.begin(), options.hidden_paths.end(),
                      [&](const std::string& dir) { return IsPathUnder(path, dir); })) {
       options.hidden_paths.push_back(path);

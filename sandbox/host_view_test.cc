@@ -18,7 +18,8 @@ using ::testing::Not;
 class HostViewTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/moat-host-view-XXXXXX";
+    // Not under /tmp, which the sandbox has of its own: homes there need no hiding.
+    char tmpl[] = "/var/lib/moat-host-view-XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
   }
@@ -153,7 +154,10 @@ TEST_F(HostViewTest, WorkingDirectoryInTheHiddenHomeIsShownThroughIt) {
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_FALSE(m->show_working_dir);
   EXPECT_THAT(m->hidden_paths, Contains(home));
-  m = MountOptionsFor(Policy{}, host, std::nullopt, dir_);
+  char tmpl[] = "/tmp/moat-host-view-cwd-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  m = MountOptionsFor(Policy{}, host, std::nullopt, std::string(tmpl));
+  ::rmdir(tmpl);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_TRUE(m->show_working_dir);
 
@@ -171,6 +175,30 @@ TEST_F(HostViewTest, WorkingDirectoryInTheHiddenHomeIsShownThroughIt) {
   EXPECT_THAT(std::string(m.status().message()), HasSubstr("is not a directory"));
   m = MountOptionsFor(Policy{}, host, std::nullopt, "/proc/self");
   ASSERT_FALSE(m.ok());
+}
+
+// In /tmp, the sandbox's own, nothing of the host shows but what a writable path binds there: a
+// HOME under /tmp needs no cover (covering it would cover the mount points made in it), a
+// denyRead path inside a writable /tmp directory still does.
+TEST_F(HostViewTest, InTheSandboxsOwnTmpOnlyWhatIsShownNeedsCovering) {
+  char tmpl[] = "/tmp/moat-host-view-home-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string tmp_home = tmpl;
+  std::system(("mkdir -p '" + tmp_home + "/proj/secret'").c_str());
+  HostContext host;
+  host.home = tmp_home;
+  host.home_root = dir_ + "/home";
+  host.proc_net_unix = "/nonexistent";
+  Policy policy;
+  policy.allow_write = {tmp_home + "/proj"};
+  policy.deny_read = {tmp_home + "/proj/secret", "/tmp/elsewhere"};
+  absl::StatusOr<MountOptions> m = MountOptionsFor(policy, host, std::nullopt);
+  std::system(("rm -rf '" + tmp_home + "'").c_str());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_THAT(m->hidden_paths, Not(Contains(tmp_home)));
+  EXPECT_THAT(m->hidden_paths, Not(Contains("/tmp/elsewhere")));
+  EXPECT_THAT(m->hidden_paths, Contains(tmp_home + "/proj/secret"));
+  EXPECT_THAT(m->home_skeletons, ::testing::IsEmpty());
 }
 
 }  // namespace

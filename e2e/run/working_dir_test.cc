@@ -2,6 +2,9 @@
 // command starts, visible at its own path with the rest of the home still hidden; writable only
 // when a trusted layer says so (--user-policy); a directory that cannot be shown is a setup
 // failure naming it, never a silent empty directory. And `moat policy show`.
+#include <sys/stat.h>
+
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -93,6 +96,24 @@ TEST_F(WorkingDirTest, PolicyShowSaysWhereEachValueCameFrom) {
   r = RunMoat({"policy", "show", "--cwd", project_, "--user-policy", agent_policy}, options_);
   EXPECT_THAT(r.out, HasSubstr(agent_policy));
   EXPECT_THAT(r.out, HasSubstr("built-in default"));
+}
+
+// A HOME under /tmp (tests, CI runners) is in the sandbox's own /tmp: the project is shown
+// there without a home skeleton.
+TEST_F(WorkingDirTest, AHomeUnderTmpWorksToo) {
+  char tmpl[] = "/tmp/moat-e2e-home-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string tmp_home = tmpl;
+  ::chmod(tmp_home.c_str(), 0755);
+  const std::string project = tmp_home + "/p";
+  MakeDirs(project);
+  WriteFile(project + "/hello.txt", "hello\n");
+  MoatOptions options;
+  options.home = tmp_home;
+  MoatResult r = RunPlain({"--cwd", project}, Sh("pwd; cat hello.txt"), options);
+  RemoveTree(tmp_home);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, project + "\nhello\n") << r.err;
 }
 
 }  // namespace
