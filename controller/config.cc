@@ -114,8 +114,12 @@ absl::Status ParseNodes(const YamlReader& r, const YAML::Node& n, ControllerConf
 }
 
 absl::Status ParseApi(const YamlReader& r, const YAML::Node& api, ControllerConfig* c) {
-  RETURN_IF_ERROR(r.CheckMap(
-      api, "api", {"max_request_bytes", "default_timeout", "max_timeout", "create_timeout"}));
+  RETURN_IF_ERROR(r.CheckMap(api, "api",
+                             {"max_request_bytes", "max_upload_bytes", "default_timeout",
+                              "max_timeout", "create_timeout"}));
+  if (api["max_upload_bytes"]) {
+    ASSIGN_OR_RETURN(c->max_upload_bytes, r.Bytes(api["max_upload_bytes"], "api.max_upload_bytes"));
+  }
   if (api["max_request_bytes"]) {
     ASSIGN_OR_RETURN(c->max_request_bytes,
                      r.Bytes(api["max_request_bytes"], "api.max_request_bytes"));

@@ -13,7 +13,8 @@
 //     - {image: "*", profile: default}
 //   nodes: {heartbeat_interval: 5s, misses: 3, lost_after: 30s}
 //   scheduling: {overcommit: {cpu: 4, memory: 1, pids: 1}, best_of_k: 20, retries: 3}
-//   api: {max_request_bytes: 1MiB, default_timeout: 10m, max_timeout: 24h, create_timeout: 60s}
+//   api: {max_request_bytes: 1MiB, max_upload_bytes: 64MiB, default_timeout: 10m,
+//         max_timeout: 24h, create_timeout: 60s}
 #pragma once
 
 #include <cstdint>
@@ -53,6 +54,7 @@ struct ControllerConfig {
   int best_of_k = 20;  // Nodes sampled per decision in large fleets; 0: every node.
   int retries = 3;     // Other nodes tried after an agent fails a create.
   uint64_t max_request_bytes = 1 << 20;
+  uint64_t max_upload_bytes = 64 << 20;  // Bodies proxied to a sandbox (file uploads).
   absl::Duration default_timeout = absl::Minutes(10);
   absl::Duration max_timeout = absl::Hours(24);
   absl::Duration create_timeout = absl::Seconds(60);  // A create waits this long for a node.

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 
@@ -13,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "controller/lifecycle_json.h"
 #include "controller/log.h"
+#include "controller/proxy.h"
 #include "node-agent/join_auth.h"
 #include "node-agent/token.h"
 #include "sandbox/util/status_macros.h"
@@ -142,7 +144,8 @@ bool HttpApi::NonceSeen(const std::string& nonce) {
 
 void HttpApi::Routes() {
   httplib::Server& s = *server_;
-  s.set_payload_max_length(options_.config->max_request_bytes);
+  s.set_payload_max_length(
+      std::max(options_.config->max_request_bytes, options_.config->max_upload_bytes));
   s.set_tcp_nodelay(true);
   s.set_socket_options([](socket_t sock) {
     int yes = 1;
@@ -153,13 +156,22 @@ void HttpApi::Routes() {
     std::string id = req.get_header_value("X-Request-ID");
     if (id.empty() || id.size() > 128) id = agent::NewToken().value_or("").substr(0, 32);
     res.set_header("X-Request-ID", id);
-    uint64_t length = 0;
-    if (absl::SimpleAtoi(req.get_header_value("Content-Length"), &length) &&
-        length > options_.config->max_request_bytes) {
+    // Bodies for a sandbox (uploads) may be larger than the API's own.
+    const bool to_sandbox = absl::StrContains(req.path, "/proxy/");
+    const uint64_t limit =
+        to_sandbox ? options_.config->max_upload_bytes : options_.config->max_request_bytes;
+    const char* key = to_sandbox ? "api.max_upload_bytes" : "api.max_request_bytes";
+    if (!to_sandbox && absl::StrContains(req.get_header_value("Transfer-Encoding"), "chunked")) {
       res.set_header("Connection", "close");
-      SendError(res, 413,
-                absl::StrCat("the request body is larger than ", options_.config->max_request_bytes,
-                             " bytes (api.max_request_bytes); send less"));
+      SendError(res, 411, "send the body with a Content-Length, not chunked");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    uint64_t length = 0;
+    if (absl::SimpleAtoi(req.get_header_value("Content-Length"), &length) && length > limit) {
+      res.set_header("Connection", "close");
+      SendError(
+          res, 413,
+          absl::StrCat("the request body is larger than ", limit, " bytes (", key, "); send less"));
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
@@ -351,10 +363,42 @@ void HttpApi::LifecycleRoutes() {
             return SendError(res, 400, "the port must be from 1 to 65535");
           }
           std::string host = req.get_header_value("Host");
+          // The sandbox's own token: the SDK sends these headers with every execd call, and
+          // the proxy takes it in place of the API key (which the SDK does not send there).
           SendJson(res, 200,
                    {{"endpoint", absl::StrCat(host, "/sandboxes/", sb->id, "/proxy/", port)},
-                    {"headers", json::object()}});
+                    {"headers", {{"X-EXECD-ACCESS-TOKEN", sb->agent_token}}}});
         });
+  // The proxy to the sandbox's own API, every method (proxy.h).
+  auto proxy = [this](const httplib::Request& req, httplib::Response& res) {
+    std::string tenant;
+    absl::StatusOr<Sandbox> sb = absl::NotFoundError("");
+    std::string id = req.matches[1].str();
+    // The caller's API key, or the sandbox's own token (the endpoint's headers give it).
+    std::string token = req.get_header_value("X-EXECD-ACCESS-TOKEN");
+    if (!token.empty()) {
+      sb = sandboxes_->GetForToken(id, token);
+      if (!sb.ok()) return SendError(res, 401, "wrong X-EXECD-ACCESS-TOKEN for this sandbox");
+    } else {
+      if (!Tenant(req, res, &tenant)) return;
+      sb = sandboxes_->Get(tenant, id);
+    }
+    if (!sb.ok()) return SendStatus(res, sb.status());
+    if (sb->state != "Running") {
+      return SendError(res, 409, absl::StrCat("the sandbox is ", sb->state, "; it runs nothing"));
+    }
+    absl::StatusOr<AgentEndpoint> agent = nodes_->Endpoint(sb->node);
+    if (!agent.ok()) return SendStatus(res, agent.status());
+    int port = 0;
+    if (!absl::SimpleAtoi(req.matches[2].str(), &port)) return SendError(res, 400, "bad port");
+    ProxyToSandbox(req, res, *sb, *agent, port, req.matches[3].str(), metrics_);
+  };
+  const std::string proxy_route = Both("/sandboxes/([^/]+)/proxy/([0-9]{1,5})(/.*)?");
+  s.Get(proxy_route, proxy);
+  s.Post(proxy_route, proxy);
+  s.Put(proxy_route, proxy);
+  s.Patch(proxy_route, proxy);
+  s.Delete(proxy_route, proxy);
   s.Post(Both("/metrics/events"), [this](const httplib::Request& req, httplib::Response& res) {
     std::string tenant;
     if (!Tenant(req, res, &tenant)) return;

@@ -25,7 +25,7 @@ absl::StatusOr<std::string> NodeTable::Join(const std::string& name, NodeReport 
 }
 
 absl::StatusOr<bool> NodeTable::Heartbeat(const std::string& name, absl::string_view session_token,
-                                  NodeReport report) {
+                                          NodeReport report) {
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(name);
   if (it == nodes_.end()) {
@@ -104,7 +104,8 @@ scheduler::SnapshotPtr NodeTable::Snapshot() {
     scheduler::NodeInfo info;
     info.name = name;
     info.arch = node.report.arch;
-    info.state = node.state;
+    // Until its first heartbeat brings the agent's token the controller cannot call it.
+    info.state = node.report.agent_token.empty() ? NodeState::kNotReady : node.state;
     info.cordoned = node.cordoned;
     info.allocatable = node.report.allocatable;
     info.allocated = node.allocated;

@@ -80,7 +80,7 @@ class NodeTable {
   // can now be reconciled). Unauthenticated (wrong or stale session token) or NotFound (not
   // joined, or lost: join again).
   absl::StatusOr<bool> Heartbeat(const std::string& name, absl::string_view session_token,
-                         NodeReport report);
+                                 NodeReport report);
   // Applies the clock: Ready -> NotReady -> Lost. Returns the nodes that became Lost just now.
   std::vector<std::string> Tick();
 

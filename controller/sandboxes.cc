@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "controller/log.h"
 #include "nlohmann/json.hpp"
+#include "node-agent/token.h"
 #include "sandbox/util/status_macros.h"
 
 namespace moat::controller {
@@ -275,6 +276,17 @@ absl::StatusOr<Sandbox> SandboxManager::Get(const std::string& tenant,
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end() || it->second.tenant != tenant) {
     return absl::NotFoundError(absl::StrCat("no sandbox \"", id, "\""));
+  }
+  return it->second;
+}
+
+absl::StatusOr<Sandbox> SandboxManager::GetForToken(const std::string& id,
+                                                    absl::string_view token) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end() || it->second.agent_token.empty() ||
+      !agent::ConstantTimeEquals(token, it->second.agent_token)) {
+    return absl::NotFoundError(absl::StrCat("no sandbox \"", id, "\" with this token"));
   }
   return it->second;
 }

@@ -91,6 +91,9 @@ class SandboxManager {
   // NotFound for other tenants' sandboxes too.
   absl::StatusOr<Sandbox> Get(const std::string& tenant, const std::string& id) const;
   std::vector<Sandbox> List(const std::string& tenant) const;  // Newest first.
+  // The sandbox whose per-sandbox token is `token` (the proxy's other credential); NotFound
+  // for a wrong token as for an unknown id.
+  absl::StatusOr<Sandbox> GetForToken(const std::string& id, absl::string_view token) const;
   absl::Status Delete(const std::string& tenant, const std::string& id);
   // FailedPrecondition for a sandbox without expiry (OpenSandbox answers 409), InvalidArgument
   // for a time not in the future.
