@@ -20,7 +20,7 @@ absl::StatusOr<std::string> NodeTable::Join(const std::string& name, NodeReport 
   node.session_token = session;
   node.state = NodeState::kReady;
   node.last_heartbeat = now;
-  snapshot_ = nullptr;
+  ChangedLocked(name, node);
   return session;
 }
 
@@ -45,7 +45,7 @@ absl::StatusOr<bool> NodeTable::Heartbeat(const std::string& name, absl::string_
   node.report = std::move(report);
   node.state = NodeState::kReady;
   node.last_heartbeat = clock_->Now();
-  snapshot_ = nullptr;
+  ChangedLocked(name, node);
   return first;
 }
 
@@ -69,7 +69,7 @@ std::vector<std::string> NodeTable::Tick() {
       node.tenant_sandboxes.clear();
     }
     node.state = next;
-    snapshot_ = nullptr;
+    ChangedLocked(name, node);
   }
   return lost;
 }
@@ -80,7 +80,7 @@ absl::Status NodeTable::SetCordoned(const std::string& name, bool cordoned) {
   if (it == nodes_.end()) return absl::NotFoundError(absl::StrCat("no node \"", name, "\""));
   it->second.cordoned = cordoned;
   if (!cordoned) it->second.draining = false;
-  snapshot_ = nullptr;
+  ChangedLocked(name, it->second);
   return absl::OkStatus();
 }
 
@@ -90,8 +90,26 @@ absl::Status NodeTable::SetDraining(const std::string& name) {
   if (it == nodes_.end()) return absl::NotFoundError(absl::StrCat("no node \"", name, "\""));
   it->second.cordoned = true;
   it->second.draining = true;
-  snapshot_ = nullptr;
+  ChangedLocked(name, it->second);
   return absl::OkStatus();
+}
+
+void NodeTable::ChangedLocked(const std::string& name, Node& node) {
+  auto info = std::make_shared<scheduler::NodeInfo>();
+  info->name = name;
+  info->arch = node.report.arch;
+  // Until its first heartbeat brings the agent's token the controller cannot call it.
+  info->state = node.report.agent_token.empty() ? NodeState::kNotReady : node.state;
+  info->cordoned = node.cordoned;
+  info->allocatable = node.report.allocatable;
+  info->allocated = node.allocated;
+  info->profiles.insert(node.report.profiles.begin(), node.report.profiles.end());
+  info->warm = node.report.warm;
+  info->labels = node.report.labels;
+  info->taints = node.report.taints;
+  info->tenant_sandboxes = node.tenant_sandboxes;
+  node.info = std::move(info);
+  snapshot_ = nullptr;
 }
 
 scheduler::SnapshotPtr NodeTable::Snapshot() {
@@ -100,22 +118,7 @@ scheduler::SnapshotPtr NodeTable::Snapshot() {
   auto s = std::make_shared<scheduler::Snapshot>();
   s->overcommit = options_.overcommit;
   s->nodes.reserve(nodes_.size());
-  for (const auto& [name, node] : nodes_) {
-    scheduler::NodeInfo info;
-    info.name = name;
-    info.arch = node.report.arch;
-    // Until its first heartbeat brings the agent's token the controller cannot call it.
-    info.state = node.report.agent_token.empty() ? NodeState::kNotReady : node.state;
-    info.cordoned = node.cordoned;
-    info.allocatable = node.report.allocatable;
-    info.allocated = node.allocated;
-    info.profiles.insert(node.report.profiles.begin(), node.report.profiles.end());
-    info.warm = node.report.warm;
-    info.labels = node.report.labels;
-    info.taints = node.report.taints;
-    info.tenant_sandboxes = node.tenant_sandboxes;
-    s->nodes.push_back(std::move(info));
-  }
+  for (const auto& [name, node] : nodes_) s->nodes.push_back(node.info);
   snapshot_ = std::move(s);
   return snapshot_;
 }
@@ -138,7 +141,7 @@ absl::Status NodeTable::Reserve(const std::string& name, const std::string& tena
   }
   node.allocated += resources;
   ++node.tenant_sandboxes[tenant];
-  snapshot_ = nullptr;
+  ChangedLocked(name, node);
   return absl::OkStatus();
 }
 
@@ -152,7 +155,7 @@ void NodeTable::Release(const std::string& name, const std::string& tenant,
   if (t != it->second.tenant_sandboxes.end() && --t->second <= 0) {
     it->second.tenant_sandboxes.erase(t);
   }
-  snapshot_ = nullptr;
+  ChangedLocked(name, it->second);
 }
 
 absl::StatusOr<AgentEndpoint> NodeTable::Endpoint(const std::string& name) const {

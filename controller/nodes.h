@@ -113,7 +113,10 @@ class NodeTable {
     scheduler::Resources allocated;
     std::map<std::string, int> tenant_sandboxes;
     absl::Time joined_at, last_heartbeat;
+    std::shared_ptr<const scheduler::NodeInfo> info;  // What snapshots share; remade on change.
   };
+  // After any change to `node`: its NodeInfo is remade and the fleet snapshot is stale.
+  void ChangedLocked(const std::string& name, Node& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   NodeView ViewLocked(const std::string& name, const Node& node) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -68,8 +68,8 @@ TEST_F(NodeTableTest, SnapshotsAreImmutableAndRebuiltOnlyOnChange) {
   ASSERT_TRUE(table_.SetCordoned("n1", true).ok());
   auto b = table_.Snapshot();
   EXPECT_NE(a, b);
-  EXPECT_FALSE(a->nodes[0].cordoned);  // The old one is untouched.
-  EXPECT_TRUE(b->nodes[0].cordoned);
+  EXPECT_FALSE(a->nodes[0]->cordoned);  // The old one is untouched.
+  EXPECT_TRUE(b->nodes[0]->cordoned);
 }
 
 TEST_F(NodeTableTest, ReservationsNeverOverbookEvenFromStaleSnapshots) {
@@ -89,7 +89,7 @@ TEST_F(NodeTableTest, ReservationsNeverOverbookEvenFromStaleSnapshots) {
               ::testing::HasSubstr("insufficient memory"));
   table_.Release("n1", "t", {1, 2 * kGiB, 0});
   EXPECT_TRUE(table_.Reserve("n1", "t", {1, 2 * kGiB, 0}).ok());
-  EXPECT_EQ(table_.Snapshot()->nodes[0].tenant_sandboxes.at("t"), 2);
+  EXPECT_EQ(table_.Snapshot()->nodes[0]->tenant_sandboxes.at("t"), 2);
 }
 
 TEST_F(NodeTableTest, CordonedAndDrainingNodesTakeNoReservation) {

@@ -85,9 +85,19 @@ struct SandboxRequest {
 };
 
 // The fleet as one decision sees it; never changes once made (shared by concurrent decisions).
+// Nodes are shared between snapshots: a change to one node makes a new NodeInfo for it only, so
+// taking a snapshot of 1000 nodes copies 1000 pointers, not 1000 nodes.
 struct Snapshot {
-  std::vector<NodeInfo> nodes;
+  std::vector<std::shared_ptr<const NodeInfo>> nodes;
   Overcommit overcommit;
+
+  // For tests and tools: a snapshot of these nodes.
+  static Snapshot Of(std::vector<NodeInfo> nodes, Overcommit overcommit = {}) {
+    Snapshot s;
+    s.overcommit = overcommit;
+    for (NodeInfo& n : nodes) s.nodes.push_back(std::make_shared<const NodeInfo>(std::move(n)));
+    return s;
+  }
 };
 using SnapshotPtr = std::shared_ptr<const Snapshot>;
 

@@ -33,7 +33,7 @@ absl::StatusOr<Decision> Scheduler::Schedule(const Snapshot& snapshot,
   size_t feasible = 0, evaluated = 0;
   for (size_t step = 0; step < n && feasible < wanted; ++step) {
     const size_t i = (start + step) % n;
-    const NodeInfo& node = snapshot.nodes[i];
+    const NodeInfo& node = *snapshot.nodes[i];
     ++evaluated;
     if (request.excluded_nodes.contains(node.name)) {
       ++reasons["failed this request before"];

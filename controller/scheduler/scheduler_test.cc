@@ -27,10 +27,10 @@ SandboxRequest Request() {
 }
 
 TEST(SchedulerTest, ReasonsCountEveryNodeThatDoesNotFit) {
-  Snapshot s;
-  s.nodes = {Node("a"), Node("b"), Node("c", "aarch64")};
-  s.nodes[0].allocated.memory = 7 * kGiB;
-  s.nodes[1].allocated.memory = 7 * kGiB;
+  std::vector<NodeInfo> nodes = {Node("a"), Node("b"), Node("c", "aarch64")};
+  nodes[0].allocated.memory = 7 * kGiB;
+  nodes[1].allocated.memory = 7 * kGiB;
+  Snapshot s = Snapshot::Of(nodes);
   SandboxRequest r = Request();
   r.arch = "x86_64";
   auto d = Scheduler().Schedule(s, r, 0);
@@ -40,20 +40,20 @@ TEST(SchedulerTest, ReasonsCountEveryNodeThatDoesNotFit) {
 }
 
 TEST(SchedulerTest, AWarmNodeWinsOverAnEmptierColdOne) {
-  Snapshot s;
-  s.nodes = {Node("cold"), Node("warm")};
-  s.nodes[1].allocated = {1, 4 * kGiB, 0};
-  s.nodes[1].warm = {{"default", 1}};
+  std::vector<NodeInfo> nodes = {Node("cold"), Node("warm")};
+  nodes[1].allocated = {1, 4 * kGiB, 0};
+  nodes[1].warm = {{"default", 1}};
+  Snapshot s = Snapshot::Of(nodes);
   auto d = Scheduler().Schedule(s, Request(), 0);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->node, "warm");
 }
 
 TEST(SchedulerTest, WithoutWarmNodesTheLeastAllocatedWins) {
-  Snapshot s;
-  s.nodes = {Node("busy"), Node("idle"), Node("half")};
-  s.nodes[0].allocated = {6, 6 * kGiB, 0};
-  s.nodes[2].allocated = {3, 3 * kGiB, 0};
+  std::vector<NodeInfo> nodes = {Node("busy"), Node("idle"), Node("half")};
+  nodes[0].allocated = {6, 6 * kGiB, 0};
+  nodes[2].allocated = {3, 3 * kGiB, 0};
+  Snapshot s = Snapshot::Of(nodes);
   auto d = Scheduler().Schedule(s, Request(), 0);
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->node, "idle");
@@ -61,8 +61,7 @@ TEST(SchedulerTest, WithoutWarmNodesTheLeastAllocatedWins) {
 }
 
 TEST(SchedulerTest, ExcludedNodesAreSkippedForRetries) {
-  Snapshot s;
-  s.nodes = {Node("a"), Node("b")};
+  Snapshot s = Snapshot::Of({Node("a"), Node("b")});
   SandboxRequest r = Request();
   r.excluded_nodes = {"a"};
   auto d = Scheduler().Schedule(s, r, 0);
@@ -74,8 +73,9 @@ TEST(SchedulerTest, ExcludedNodesAreSkippedForRetries) {
 }
 
 TEST(SchedulerTest, BestOfKStopsAfterKFeasibleNodes) {
-  Snapshot s;
-  for (int i = 0; i < 1000; ++i) s.nodes.push_back(Node(absl::StrCat("n", i)));
+  std::vector<NodeInfo> nodes;
+  for (int i = 0; i < 1000; ++i) nodes.push_back(Node(absl::StrCat("n", i)));
+  Snapshot s = Snapshot::Of(nodes);
   Scheduler scheduler(SchedulerOptions{.best_of_k = 5});
   auto d = scheduler.Schedule(s, Request(), 123);
   ASSERT_TRUE(d.ok());
@@ -84,7 +84,8 @@ TEST(SchedulerTest, BestOfKStopsAfterKFeasibleNodes) {
   EXPECT_GE(d->node_index, 123);
   EXPECT_LT(d->node_index, 128);
   // With every node but the last full, the walk goes all the way round to find it.
-  for (int i = 0; i < 999; ++i) s.nodes[i].allocated.memory = 8 * kGiB;
+  for (int i = 0; i < 999; ++i) nodes[i].allocated.memory = 8 * kGiB;
+  s = Snapshot::Of(nodes);
   d = scheduler.Schedule(s, Request(), 123);
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->node, "n999");
