@@ -101,6 +101,24 @@ struct Upstream {
   }
 };
 
+// httplib parses a multipart body into req.files and keeps no raw body: the parts are written
+// out again, in their order, under a fresh boundary.
+std::string MultipartBody(const httplib::Request& req, const std::string& boundary) {
+  std::string body;
+  for (const auto& [name, part] : req.files) {
+    absl::StrAppend(&body, "--", boundary, "\r\nContent-Disposition: form-data; name=\"", part.name,
+                    "\"");
+    if (!part.filename.empty()) absl::StrAppend(&body, "; filename=\"", part.filename, "\"");
+    absl::StrAppend(&body, "\r\n");
+    if (!part.content_type.empty()) {
+      absl::StrAppend(&body, "Content-Type: ", part.content_type, "\r\n");
+    }
+    absl::StrAppend(&body, "\r\n", part.content, "\r\n");
+  }
+  absl::StrAppend(&body, "--", boundary, "--\r\n");
+  return body;
+}
+
 }  // namespace
 
 void ProxyToSandbox(const httplib::Request& req, httplib::Response& res, const Sandbox& sandbox,
@@ -136,7 +154,16 @@ void ProxyToSandbox(const httplib::Request& req, httplib::Response& res, const S
     if (!DropRequestHeader(k)) out.headers.emplace(k, v);
   }
   out.headers.emplace("X-EXECD-ACCESS-TOKEN", sandbox.agent_token);
-  out.body = req.body;
+  if (req.is_multipart_form_data()) {
+    std::string boundary = absl::StrCat("moat-proxy-", sandbox.id);
+    for (auto it = out.headers.begin(); it != out.headers.end();) {
+      it = absl::EqualsIgnoreCase(it->first, "Content-Type") ? out.headers.erase(it) : ++it;
+    }
+    out.headers.emplace("Content-Type", "multipart/form-data; boundary=" + boundary);
+    out.body = MultipartBody(req, boundary);
+  } else {
+    out.body = req.body;
+  }
   out.response_handler = [up](const httplib::Response& head) {
     up->head.set_value(head);
     up->head_set = true;
