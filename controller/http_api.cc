@@ -147,6 +147,11 @@ void HttpApi::Routes() {
   s.set_payload_max_length(
       std::max(options_.config->max_request_bytes, options_.config->max_upload_bytes));
   s.set_tcp_nodelay(true);
+  // Clients (the SDK's fetch) keep connections open and reuse them: httplib's default of 5
+  // requests per connection made the SDK hit a closed socket and wait out its 200 ms retry.
+  // Each open connection holds a worker thread, hence the larger pool (streams hold one too).
+  s.set_keep_alive_max_count(1000);
+  s.new_task_queue = [] { return new httplib::ThreadPool(64); };
   s.set_socket_options([](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));

@@ -215,10 +215,10 @@ absl::StatusOr<uint64_t> ParseMemoryQuantity(absl::string_view text) {
 absl::StatusOr<Sandbox> ParseCreateSandbox(absl::string_view body, const ControllerConfig& config,
                                            absl::Time now) {
   ASSIGN_OR_RETURN(json doc, ParseObject(body));
-  RETURN_IF_ERROR(CheckFields(
-      doc, "",
-      {"image", "timeout", "resourceLimits", "env", "metadata", "entrypoint", "platform",
-       "networkPolicy", "extensions", "secureAccess", "snapshotId", "volumes", "credentialProxy"}));
+  RETURN_IF_ERROR(CheckFields(doc, "",
+                              {"image", "timeout", "resourceLimits", "resourceRequests", "env",
+                               "metadata", "entrypoint", "platform", "networkPolicy", "extensions",
+                               "secureAccess", "snapshotId", "volumes", "credentialProxy"}));
   for (const char* unsupported : {"snapshotId", "volumes", "credentialProxy"}) {
     if (doc.contains(unsupported) && !doc[unsupported].is_null()) {
       return Bad(unsupported, "is not supported by moat-controller yet; leave it out");
@@ -274,6 +274,20 @@ absl::StatusOr<Sandbox> ParseCreateSandbox(absl::string_view body, const Control
         ASSIGN_OR_RETURN(s.resources.memory, ParseMemoryQuantity(v));
       } else {
         return Bad(absl::StrCat("resourceLimits.", k),
+                   "is not a resource moat schedules; use cpu and memory");
+      }
+    }
+  }
+  // Kubernetes' rule: the scheduler reserves the requests when given, else the limits.
+  if (doc.contains("resourceRequests") && !doc["resourceRequests"].is_null()) {
+    ASSIGN_OR_RETURN(auto requests, StringMap(doc["resourceRequests"], "resourceRequests"));
+    for (const auto& [k, v] : requests) {
+      if (k == "cpu") {
+        ASSIGN_OR_RETURN(s.resources.cpu, ParseCpuQuantity(v));
+      } else if (k == "memory") {
+        ASSIGN_OR_RETURN(s.resources.memory, ParseMemoryQuantity(v));
+      } else {
+        return Bad(absl::StrCat("resourceRequests.", k),
                    "is not a resource moat schedules; use cpu and memory");
       }
     }

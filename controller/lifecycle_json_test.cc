@@ -41,6 +41,13 @@ TEST(CreateSandboxTest, DefaultsAndMappings) {
   EXPECT_EQ(s->resources.cpu, 1);  // The SDK's default request.
   EXPECT_EQ(s->resources.memory, 2ULL << 30);
   EXPECT_EQ(s->env.at("A"), "1");
+  auto requested = ParseCreateSandbox(
+      R"({"image": {"uri": "x"}, "entrypoint": ["sh"], "resourceLimits": {"cpu": "2"},
+          "resourceRequests": {"cpu": "250m", "memory": "256Mi"}})",
+      config, now);
+  ASSERT_TRUE(requested.ok()) << requested.status();
+  EXPECT_EQ(requested->resources.cpu, 0.25);  // Requests, not limits, are reserved.
+  EXPECT_EQ(requested->resources.memory, 256ULL << 20);
   auto forever = ParseCreateSandbox(
       R"({"image": {"uri": "x"}, "entrypoint": ["sh"], "timeout": null})", config, now);
   ASSERT_TRUE(forever.ok());

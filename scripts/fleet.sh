@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 keep=false
 if [ "${1:-}" = "--keep" ]; then keep=true; fi
-scripts/build.sh >/dev/null
+if [ "${MOAT_SKIP_BUILD:-}" != 1 ]; then scripts/build.sh >/dev/null; fi
 dir=$(mktemp -d /var/tmp/moat-fleet.XXXXXX)
 umask 077
 pids=()
