@@ -1,14 +1,16 @@
 include(GoogleTest)
 
-# moat_add_tests(<library> <dir> [SERIAL <name>...]): one test binary per `<dir>/*_test.cc`,
+# moat_add_tests(<library> <dir> [PREFIX <p>] [SERIAL <name>...]): one test binary per
+# `<dir>/*_test.cc` (named <p><file name>: PREFIX keeps two folders' config_test apart),
 # linked with <library>. Tests sit beside the code they test; adding a file is enough to add a
 # test binary. The binaries named after SERIAL run with no other test beside them (ctest
 # RUN_SERIAL), for tests of host-wide state that any concurrent sandbox would disturb.
 function(moat_add_tests library dir)
-  cmake_parse_arguments(PARSE_ARGV 2 arg "" "" "SERIAL")
+  cmake_parse_arguments(PARSE_ARGV 2 arg "" "PREFIX" "SERIAL")
   file(GLOB test_sources CONFIGURE_DEPENDS ${dir}/*_test.cc)
   foreach(src ${test_sources})
     get_filename_component(name ${src} NAME_WE)
+    set(name "${arg_PREFIX}${name}")
     add_executable(${name} ${src})
     target_link_libraries(${name} PRIVATE ${library} GTest::gmock GTest::gtest_main)
     set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)

@@ -11,98 +11,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "node-agent/yaml_reader.h"
 #include "sandbox/util/status_macros.h"
 #include "yaml-cpp/yaml.h"
 
 namespace moat::agent {
 namespace {
 
-// Reads one YAML document, checking keys and types; every error names file, line and key.
-class Reader {
- public:
-  explicit Reader(absl::string_view source) : source_(source) {}
-
-  absl::Status Error(const YAML::Node& node, absl::string_view key, absl::string_view what) const {
-    std::string where(source_);
-    if (node.IsDefined() && node.Mark().line >= 0)
-      absl::StrAppend(&where, ":", node.Mark().line + 1);
-    return absl::InvalidArgumentError(absl::StrCat(where, ": \"", key, "\" ", what));
-  }
-
-  absl::Status CheckMap(const YAML::Node& node, absl::string_view key,
-                        const std::set<std::string>& allowed) const {
-    if (!node.IsDefined() || !node.IsMap())
-      return Error(node, key, "must be a mapping of keys to values");
-    for (const auto& kv : node) {
-      std::string name = kv.first.Scalar();
-      if (!allowed.contains(name)) {
-        std::string full = key.empty() ? name : absl::StrCat(key, ".", name);
-        return Error(kv.first, full,
-                     absl::StrCat("is not a known key; remove it or use one of: ",
-                                  absl::StrJoin(allowed, ", ")));
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  absl::StatusOr<std::string> String(const YAML::Node& node, absl::string_view key) const {
-    if (!node.IsDefined() || !node.IsScalar() || node.Scalar().empty()) {
-      return Error(node, key, "must be a non-empty string");
-    }
-    return node.Scalar();
-  }
-
-  absl::StatusOr<std::string> AbsolutePath(const YAML::Node& node, absl::string_view key) const {
-    ASSIGN_OR_RETURN(std::string path, String(node, key));
-    if (path[0] != '/') return Error(node, key, "must be an absolute path (starting with /)");
-    return path;
-  }
-
-  absl::StatusOr<int64_t> Int(const YAML::Node& node, absl::string_view key, int64_t min,
-                              int64_t max) const {
-    int64_t value = 0;
-    if (!node.IsDefined() || !node.IsScalar() || !absl::SimpleAtoi(node.Scalar(), &value) ||
-        value < min || value > max) {
-      return Error(node, key, absl::StrCat("must be a whole number from ", min, " to ", max));
-    }
-    return value;
-  }
-
-  absl::StatusOr<double> Number(const YAML::Node& node, absl::string_view key, double min,
-                                double max) const {
-    double value = 0;
-    if (!node.IsDefined() || !node.IsScalar() || !absl::SimpleAtod(node.Scalar(), &value) ||
-        !(value >= min) || !(value <= max)) {
-      return Error(node, key, absl::StrCat("must be a number from ", min, " to ", max));
-    }
-    return value;
-  }
-
-  absl::StatusOr<absl::Duration> Duration(const YAML::Node& node, absl::string_view key,
-                                          absl::Duration min, absl::Duration max) const {
-    absl::Duration value;
-    if (!node.IsDefined() || !node.IsScalar() || !absl::ParseDuration(node.Scalar(), &value) ||
-        value < min || value > max) {
-      return Error(node, key,
-                   absl::StrCat("must be a duration such as \"5s\" or \"30m\", from ",
-                                absl::FormatDuration(min), " to ", absl::FormatDuration(max)));
-    }
-    return value;
-  }
-
-  absl::StatusOr<uint64_t> Bytes(const YAML::Node& node, absl::string_view key) const {
-    absl::StatusOr<uint64_t> value = node.IsDefined() && node.IsScalar()
-                                         ? ParseByteSize(node.Scalar())
-                                         : absl::InvalidArgumentError("");
-    if (!value.ok()) {
-      return Error(node, key, "must be a size such as \"512MiB\", \"1G\" or a number of bytes");
-    }
-    return *value;
-  }
-
- private:
-  absl::string_view source_;
-};
+using Reader = YamlReader;
 
 absl::Status ParseLimits(const Reader& r, const YAML::Node& node, const std::string& key,
                          Limits* limits) {
@@ -167,10 +83,40 @@ absl::StatusOr<ProfileConfig> ParseProfile(const Reader& r, const YAML::Node& no
   return profile;
 }
 
+absl::StatusOr<ControllerJoinConfig> ParseControllerJoin(const Reader& r, const YAML::Node& node) {
+  RETURN_IF_ERROR(
+      r.CheckMap(node, "controller",
+                 {"url", "join_token_file", "node_name", "advertise_url", "labels", "taints"}));
+  ControllerJoinConfig c;
+  ASSIGN_OR_RETURN(c.url, r.String(node["url"], "controller.url"));
+  if (!absl::StartsWith(c.url, "http://") && !absl::StartsWith(c.url, "https://")) {
+    return r.Error(node["url"], "controller.url", "must start with http:// or https://");
+  }
+  ASSIGN_OR_RETURN(c.join_token_file,
+                   r.AbsolutePath(node["join_token_file"], "controller.join_token_file"));
+  if (node["node_name"]) {
+    ASSIGN_OR_RETURN(c.node_name, r.String(node["node_name"], "controller.node_name"));
+  }
+  if (node["advertise_url"]) {
+    ASSIGN_OR_RETURN(c.advertise_url, r.String(node["advertise_url"], "controller.advertise_url"));
+  }
+  for (auto [key, out] : {std::pair{"labels", &c.labels}, std::pair{"taints", &c.taints}}) {
+    if (!node[key]) continue;
+    const YAML::Node map = node[key];
+    std::string full = absl::StrCat("controller.", key);
+    if (!map.IsMap()) return r.Error(map, full, "must be a mapping of names to values");
+    for (const auto& kv : map) {
+      ASSIGN_OR_RETURN((*out)[kv.first.Scalar()],
+                       r.String(kv.second, absl::StrCat(full, ".", kv.first.Scalar())));
+    }
+  }
+  return c;
+}
+
 absl::StatusOr<AgentConfig> ParseRoot(const Reader& r, const YAML::Node& root) {
   RETURN_IF_ERROR(r.CheckMap(root, "",
                              {"listen", "tls", "token_file", "state_dir", "heartbeat", "recycle",
-                              "pool", "api", "profiles"}));
+                              "pool", "api", "profiles", "controller"}));
   AgentConfig config;
   if (const YAML::Node listen = root["listen"]) {
     RETURN_IF_ERROR(r.CheckMap(listen, "listen", {"address", "port"}));
@@ -234,6 +180,9 @@ absl::StatusOr<AgentConfig> ParseRoot(const Reader& r, const YAML::Node& root) {
   }
   if (config.default_ttl > config.max_ttl) {
     return r.Error(root["api"], "api.default_ttl", "is longer than api.max_ttl; shorten it");
+  }
+  if (root["controller"]) {
+    ASSIGN_OR_RETURN(config.controller, ParseControllerJoin(r, root["controller"]));
   }
   const YAML::Node profiles = root["profiles"];
   if (!profiles.IsDefined() || !profiles.IsSequence() || profiles.size() == 0) {

@@ -15,9 +15,13 @@
 //       policy: /etc/moat/policies/python.yaml
 //       limits: {cpus: 1, memory: 512MiB, pids: 256, workspace: 1GiB}
 //       pool: {floor: 5, ceiling: 50}
+//   controller:                                   # optional: join a moat-controller
+//     {url: http://127.0.0.1:8080, join_token_file: /etc/moat/join.token, node_name: n1,
+//      advertise_url: http://10.0.0.5:7070, labels: {zone: a}, taints: {dedicated: ci}}
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +47,15 @@ struct TlsConfig {
   std::string key_file;
 };
 
+// The controller this node joins (controller_link.h); absent: the agent serves alone.
+struct ControllerJoinConfig {
+  std::string url;              // http(s)://host:port of moat-controller.
+  std::string join_token_file;  // The fleet's join token (mode 0600).
+  std::string node_name;        // Default: the host name.
+  std::string advertise_url;    // How the controller reaches this agent; default from listen.
+  std::map<std::string, std::string> labels, taints;
+};
+
 struct AgentConfig {
   std::string listen_address = "127.0.0.1";
   int port = 7070;  // 0: any free port (tests).
@@ -59,6 +72,7 @@ struct AgentConfig {
   absl::Duration default_ttl = absl::Minutes(30);
   absl::Duration max_ttl = absl::Hours(24);
   std::vector<ProfileConfig> profiles;  // At least one.
+  std::optional<ControllerJoinConfig> controller;
 
   const ProfileConfig* FindProfile(absl::string_view name) const;
 };

@@ -1,6 +1,7 @@
 // moat-agent: the node daemon. main only wires the parts together and waits for a signal; each
 // part lives in its own file (see node-agent/CMakeLists.txt).
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "node-agent/clock.h"
 #include "node-agent/config.h"
+#include "node-agent/controller_link.h"
 #include "node-agent/execd_api.h"
 #include "node-agent/fake_backend.h"
 #include "node-agent/http_api.h"
@@ -31,6 +33,54 @@ constexpr char kUsage[] =
     "  --config FILE    the agent's YAML configuration (see node-agent/config.h)\n"
     "  --fake-backend   serve the API with an in-memory backend that runs nothing (for API\n"
     "                   development and tests of clients)\n";
+
+absl::StatusOr<std::unique_ptr<ControllerLink>> MakeControllerLink(const AgentConfig& config,
+                                                                   const std::string& node_token,
+                                                                   int port,
+                                                                   SandboxBackend* backend,
+                                                                   SandboxService* service) {
+  const ControllerJoinConfig& c = *config.controller;
+  absl::StatusOr<std::string> join_token = ReadTokenFile(c.join_token_file);
+  if (!join_token.ok()) {
+    return absl::Status(join_token.status().code(), absl::StrCat("controller.join_token_file: ",
+                                                                 join_token.status().message()));
+  }
+  std::string name = c.node_name;
+  if (name.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    name = host;
+  }
+  NodeFacts base;
+  base.agent_url = !c.advertise_url.empty() ? c.advertise_url
+                                            : absl::StrCat(config.tls ? "https://" : "http://",
+                                                           config.listen_address, ":", port);
+  base.agent_token = node_token;
+  base.version = MOAT_VERSION;
+  base.labels = c.labels;
+  base.taints = c.taints;
+  for (const ProfileConfig& p : config.profiles) base.profiles.push_back(p.name);
+  auto report = [base, backend, service] {
+    NodeFacts f = base;
+    NodeUsage usage = backend->Usage();
+    // The fake backend reports no capacity; the machine's own keeps a fake fleet schedulable.
+    if (usage.cpu_cores == 0) usage.cpu_cores = static_cast<double>(sysconf(_SC_NPROCESSORS_ONLN));
+    if (usage.memory_bytes == 0) {
+      usage.memory_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                           static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    }
+    f.cpu = usage.cpu_cores;
+    f.cpu_allocated = usage.cpu_cores_allocated;
+    f.memory = usage.memory_bytes;
+    f.memory_used = usage.memory_bytes_used;
+    f.pids = usage.pids_max;
+    f.pids_used = usage.pids_used;
+    for (const std::string& p : f.profiles) f.warm[p] = service->pool().Stats(p).depth;
+    return NodeReportJson(f);
+  };
+  return std::make_unique<ControllerLink>(
+      ControllerLinkOptions{c.url, *join_token, name, config.heartbeat_interval}, report);
+}
 
 int Run(int argc, char** argv) {
   // Block the stop signals in every thread (threads made later, the HTTP pool's and
@@ -176,6 +226,19 @@ int Run(int argc, char** argv) {
     return 1;
   }
 
+  // Joining a controller, if the config names one (controller_link.h).
+  std::unique_ptr<ControllerLink> link;
+  if (config->controller.has_value()) {
+    absl::StatusOr<std::unique_ptr<ControllerLink>> made =
+        MakeControllerLink(*config, *token, *port, backend.get(), &service);
+    if (!made.ok()) {
+      LogError(made.status().message());
+      return 1;
+    }
+    link = *std::move(made);
+    link->Start();
+  }
+
   // The main thread waits for a stop signal and, once a second, recycles expired sandboxes.
   const timespec tick = {1, 0};
   while (true) {
@@ -186,6 +249,7 @@ int Run(int argc, char** argv) {
     }
     service.DeleteExpired();
   }
+  if (link) link->Stop();
   execd.StopStreams();
   (*api)->Stop();  // Finishes requests in flight.
   // Warm sandboxes first, while the backend is still here. The kernel backend then destroys

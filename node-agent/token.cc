@@ -15,11 +15,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "sandbox/util/errno_status.h"
+#include "sandbox/util/status_macros.h"
 #include "sandbox/util/unique_fd.h"
 
 namespace moat::agent {
 
-absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+absl::StatusOr<std::string> ReadSecretFile(const std::string& path) {
   // O_NOFOLLOW: a symlink could point the agent at a file someone else controls.
   UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!fd.valid()) {
@@ -43,6 +44,11 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   ssize_t n = read(fd.get(), text.data(), text.size());
   if (n < 0) return ErrnoStatus(absl::StrCat("reading \"", path, "\""), errno);
   text.resize(static_cast<size_t>(n));
+  return text;
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadSecretFile(path));
   absl::string_view token = text;
   token = token.substr(0, token.find('\n'));
   token = absl::StripAsciiWhitespace(token);

@@ -12,6 +12,9 @@ namespace moat::agent {
 // Refuses files that others can read or write (the token would leak), symlinks, non-regular
 // files, and tokens shorter than 16 bytes.
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+// The whole text (at most 4 KiB) of a secret file, with the same checks (no symlink, regular
+// file, mode without group or other bits). For files of several secrets (the controller's keys).
+absl::StatusOr<std::string> ReadSecretFile(const std::string& path);
 
 // A fresh random token: 32 bytes from the kernel's CSPRNG, hex-encoded.
 absl::StatusOr<std::string> NewToken();

@@ -7,7 +7,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 pkgs=(build-essential cmake ninja-build pkg-config
       libcpp-httplib-dev libyaml-cpp-dev prometheus-cpp-dev libseccomp-dev libabsl-dev
-      libgtest-dev libgmock-dev nlohmann-json3-dev libssl-dev
+      libgtest-dev libgmock-dev nlohmann-json3-dev libssl-dev libsqlite3-dev
       python3 procps iproute2 util-linux curl openssl git
       clang)  # scripts/clang-check.sh: the thread-safety analysis GCC does not do
 if [ "${1:-}" = "--with-peers" ]; then pkgs+=(bubblewrap crun); fi

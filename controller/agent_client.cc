@@ -1,0 +1,120 @@
+#include "controller/agent_client.h"
+
+#include <httplib.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace moat::controller {
+namespace {
+
+using nlohmann::json;
+
+absl::Status FromHttp(const httplib::Result& res, absl::string_view what) {
+  if (!res) {
+    return absl::UnavailableError(
+        absl::StrCat(what, ": the agent did not answer (", httplib::to_string(res.error()), ")"));
+  }
+  if (res->status >= 200 && res->status < 300) return absl::OkStatus();
+  std::string message = res->body.substr(0, 500);
+  json body = json::parse(res->body, nullptr, false);
+  if (body.is_object() && body.contains("error") && body["error"].is_object()) {
+    message = body["error"].value("message", message);
+  }
+  std::string text = absl::StrCat(what, ": the agent answered ", res->status, ": ", message);
+  if (res->status == 404) return absl::NotFoundError(text);
+  if (res->status >= 500 || res->status == 429) return absl::UnavailableError(text);
+  return absl::FailedPreconditionError(text);
+}
+
+AgentSandbox SandboxFrom(const json& j) {
+  AgentSandbox s;
+  s.id = j.value("id", "");
+  s.token = j.value("token", "");
+  s.state = j.value("state", "");
+  s.start = j.value("start_path", "");
+  if (j.contains("metadata") && j["metadata"].is_object()) {
+    for (const auto& [k, v] : j["metadata"].items()) {
+      if (v.is_string()) s.metadata[k] = v.get<std::string>();
+    }
+  }
+  return s;
+}
+
+class HttpAgentClient final : public AgentClient {
+ public:
+  explicit HttpAgentClient(absl::Duration timeout) : timeout_(timeout) {}
+
+  absl::StatusOr<AgentSandbox> Create(const AgentEndpoint& agent,
+                                      const AgentCreate& request) override {
+    json body = {{"profile", request.profile},
+                 {"env", request.env},
+                 {"metadata", request.metadata},
+                 {"ttl_seconds", std::max<int64_t>(1, absl::ToInt64Seconds(request.ttl))}};
+    auto client = Client(agent);
+    auto res = client->Post("/v1/sandboxes", Headers(agent), body.dump(), "application/json");
+    absl::Status status = FromHttp(res, "creating a sandbox");
+    if (!status.ok()) return status;
+    json out = json::parse(res->body, nullptr, false);
+    if (!out.is_object() || !out.contains("id") || !out["id"].is_string()) {
+      return absl::UnavailableError("creating a sandbox: the agent's answer has no id");
+    }
+    return SandboxFrom(out);
+  }
+
+  absl::Status Delete(const AgentEndpoint& agent, const std::string& agent_id) override {
+    auto client = Client(agent);
+    return FromHttp(client->Delete(absl::StrCat("/v1/sandboxes/", agent_id), Headers(agent)),
+                    "deleting a sandbox");
+  }
+
+  absl::StatusOr<std::vector<AgentSandbox>> List(const AgentEndpoint& agent) override {
+    auto client = Client(agent);
+    auto res = client->Get("/v1/sandboxes", Headers(agent));
+    absl::Status status = FromHttp(res, "listing sandboxes");
+    if (!status.ok()) return status;
+    json out = json::parse(res->body, nullptr, false);
+    std::vector<AgentSandbox> list;
+    if (!out.is_object() || !out.contains("items") || !out["items"].is_array()) {
+      return absl::UnavailableError("listing sandboxes: the agent's answer has no items");
+    }
+    for (const json& item : out["items"]) {
+      if (item.is_object()) list.push_back(SandboxFrom(item));
+    }
+    return list;
+  }
+
+  absl::Status Renew(const AgentEndpoint& agent, const std::string& agent_id,
+                     absl::Duration ttl) override {
+    auto client = Client(agent);
+    json body = {{"ttl_seconds", std::max<int64_t>(1, absl::ToInt64Seconds(ttl))}};
+    return FromHttp(client->Post(absl::StrCat("/v1/sandboxes/", agent_id, "/renew"), Headers(agent),
+                                 body.dump(), "application/json"),
+                    "renewing a sandbox");
+  }
+
+ private:
+  std::unique_ptr<httplib::Client> Client(const AgentEndpoint& agent) const {
+    auto client = std::make_unique<httplib::Client>(agent.url);
+    int64_t seconds = absl::ToInt64Seconds(timeout_);
+    client->set_connection_timeout(5, 0);
+    client->set_read_timeout(seconds, 0);
+    client->set_write_timeout(seconds, 0);
+    client->set_tcp_nodelay(true);
+    return client;
+  }
+  static httplib::Headers Headers(const AgentEndpoint& agent) {
+    return {{"Authorization", absl::StrCat("Bearer ", agent.token)}};
+  }
+
+  absl::Duration timeout_;
+};
+
+}  // namespace
+
+std::unique_ptr<AgentClient> NewHttpAgentClient(absl::Duration timeout) {
+  return std::make_unique<HttpAgentClient>(timeout);
+}
+
+}  // namespace moat::controller

@@ -1,0 +1,52 @@
+// The controller's side of the agent's node API (api/node-agent.yaml): create, delete and list
+// sandboxes on one node. An interface, so the lifecycle is tested with a fake fleet and the
+// real client (HTTP, httplib) is tested against a real agent in e2e/controller.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "controller/nodes.h"
+
+namespace moat::controller {
+
+struct AgentCreate {
+  std::string profile;
+  std::map<std::string, std::string> env;
+  std::map<std::string, std::string> metadata;  // Carries the controller's id (kControllerIdKey).
+  absl::Duration ttl;
+};
+
+struct AgentSandbox {
+  std::string id;     // The agent's id ("sb-...").
+  std::string token;  // Its per-sandbox (execd) token; only from Create.
+  std::string state;
+  std::string start;  // "warm" or "cold" when the agent says.
+  std::map<std::string, std::string> metadata;
+};
+
+// The metadata key under which the controller's sandbox id travels to the agent: after a
+// controller crash, what an agent runs is matched to the store by it (reconcile).
+inline constexpr char kControllerIdKey[] = "moat.controller/id";
+
+class AgentClient {
+ public:
+  virtual ~AgentClient() = default;
+  virtual absl::StatusOr<AgentSandbox> Create(const AgentEndpoint& agent,
+                                              const AgentCreate& request) = 0;
+  // NotFound if the agent has no such sandbox (already gone: callers treat it as done).
+  virtual absl::Status Delete(const AgentEndpoint& agent, const std::string& agent_id) = 0;
+  virtual absl::StatusOr<std::vector<AgentSandbox>> List(const AgentEndpoint& agent) = 0;
+  // The agent ends the sandbox `ttl` from now (its own expiry, in case the controller is gone).
+  virtual absl::Status Renew(const AgentEndpoint& agent, const std::string& agent_id,
+                             absl::Duration ttl) = 0;
+};
+
+// Over HTTP(S) with the agent's node token. Each call has `timeout`.
+std::unique_ptr<AgentClient> NewHttpAgentClient(absl::Duration timeout = absl::Seconds(60));
+
+}  // namespace moat::controller

@@ -1,0 +1,81 @@
+// moat-controller's configuration file (YAML), parsed and validated once at start into plain
+// structs. Unknown keys and bad values are errors that name the file, the key and what to do.
+// docs/controller.md describes every key; the defaults serve one machine:
+//
+//   listen: {address: 127.0.0.1, port: 8080}
+//   tls: {cert: /etc/moat/controller.crt, key: /etc/moat/controller.key}  # optional
+//   state_dir: /var/lib/moat-controller
+//   store: {kind: sqlite}                      # sqlite (in state_dir) or memory (tests only)
+//   api_keys_file: /etc/moat/controller.keys   # lines "TENANT KEY"; optional: no file, no auth
+//   join_token_file: /etc/moat/join.token      # agents prove they know it to join
+//   images:                                    # image.uri -> agent profile, first match wins
+//     - {image: "python:*", profile: python}
+//     - {image: "*", profile: default}
+//   nodes: {heartbeat_interval: 5s, misses: 3, lost_after: 30s}
+//   scheduling: {overcommit: {cpu: 4, memory: 1, pids: 1}, best_of_k: 20, retries: 3}
+//   api: {max_request_bytes: 1MiB, max_upload_bytes: 64MiB, default_timeout: 10m,
+//         max_timeout: 24h, create_timeout: 60s}
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "controller/scheduler/framework.h"
+
+namespace moat::controller {
+
+inline constexpr char kDefaultConfigPath[] = "/etc/moat/controller.yaml";
+
+struct ImageRule {
+  std::string pattern;  // An image URI, or a prefix ending in "*"; "*" alone matches any.
+  std::string profile;  // The agent profile sandboxes of matching images run in.
+};
+
+enum class StoreKind { kSqlite, kMemory };
+
+struct ControllerConfig {
+  std::string listen_address = "127.0.0.1";
+  int port = 8080;                          // 0: any free port (tests).
+  std::string tls_cert_file, tls_key_file;  // Both or neither.
+  std::string state_dir = "/var/lib/moat-controller";
+  StoreKind store = StoreKind::kSqlite;
+  std::string api_keys_file;  // Empty: the API takes no key (loopback development only).
+  std::string join_token_file = "/etc/moat/join.token";
+  std::vector<ImageRule> images;
+  absl::Duration heartbeat_interval = absl::Seconds(5);
+  int heartbeat_misses = 3;                       // Missed in a row: the node is NotReady.
+  absl::Duration lost_after = absl::Seconds(30);  // Since the last heartbeat: the node is lost.
+  scheduler::Overcommit overcommit;
+  int best_of_k = 20;  // Nodes sampled per decision in large fleets; 0: every node.
+  int retries = 3;     // Other nodes tried after an agent fails a create.
+  uint64_t max_request_bytes = 1 << 20;
+  uint64_t max_upload_bytes = 64 << 20;  // Bodies proxied to a sandbox (file uploads).
+  absl::Duration default_timeout = absl::Minutes(10);
+  absl::Duration max_timeout = absl::Hours(24);
+  absl::Duration create_timeout = absl::Seconds(60);  // A create waits this long for a node.
+
+  // The profile for an image URI: the first rule that matches; empty if none does.
+  std::string ProfileForImage(absl::string_view image) const;
+};
+
+// `source` names the file in error messages.
+absl::StatusOr<ControllerConfig> ParseConfig(absl::string_view yaml, absl::string_view source);
+absl::StatusOr<ControllerConfig> LoadConfig(const std::string& path);
+
+// An API key and the tenant it belongs to.
+struct ApiKey {
+  std::string tenant;
+  std::string key;
+};
+
+// Lines "TENANT KEY" (or "KEY": tenant "default"); blank lines and "#" comments skipped. Refuses
+// files others can read, keys shorter than 16 bytes, and repeated keys.
+absl::StatusOr<std::vector<ApiKey>> ParseApiKeys(absl::string_view text, absl::string_view source);
+absl::StatusOr<std::vector<ApiKey>> LoadApiKeys(const std::string& path);
+
+}  // namespace moat::controller

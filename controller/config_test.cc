@@ -1,0 +1,92 @@
+#include "controller/config.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moat::controller {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string ErrorOf(absl::string_view yaml) {
+  auto c = ParseConfig(yaml, "c.yaml");
+  EXPECT_FALSE(c.ok()) << yaml;
+  return c.ok() ? "" : std::string(c.status().message());
+}
+
+TEST(ControllerConfigTest, AnEmptyFileGivesTheDocumentedDefaults) {
+  auto c = ParseConfig("", "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->listen_address, "127.0.0.1");
+  EXPECT_EQ(c->port, 8080);
+  EXPECT_EQ(c->state_dir, "/var/lib/moat-controller");
+  EXPECT_EQ(c->store, StoreKind::kSqlite);
+  EXPECT_EQ(c->overcommit.cpu, 4);
+  EXPECT_EQ(c->overcommit.memory, 1);
+  EXPECT_EQ(c->heartbeat_interval, absl::Seconds(5));
+  EXPECT_EQ(c->heartbeat_misses, 3);
+  EXPECT_EQ(c->ProfileForImage("anything:1"), "default");
+}
+
+TEST(ControllerConfigTest, ParsesEveryKey) {
+  auto c = ParseConfig(R"(
+listen: {address: 0.0.0.0, port: 9000}
+tls: {cert: /etc/moat/c.crt, key: /etc/moat/c.key}
+state_dir: /srv/moat
+store: {kind: memory}
+api_keys_file: /etc/moat/keys
+join_token_file: /etc/moat/join
+images:
+  - {image: "python:*", profile: python}
+  - {image: "node:20", profile: node}
+nodes: {heartbeat_interval: 2s, misses: 4, lost_after: 1m}
+scheduling: {overcommit: {cpu: 8, memory: 1.5, pids: 2}, best_of_k: 5, retries: 2}
+api: {max_request_bytes: 64KiB, default_timeout: 5m, max_timeout: 1h, create_timeout: 10s}
+)",
+                       "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->port, 9000);
+  EXPECT_EQ(c->tls_key_file, "/etc/moat/c.key");
+  EXPECT_EQ(c->store, StoreKind::kMemory);
+  EXPECT_EQ(c->ProfileForImage("python:3.11"), "python");
+  EXPECT_EQ(c->ProfileForImage("node:20"), "node");
+  EXPECT_EQ(c->ProfileForImage("node:21"), "");  // No catch-all once images are listed.
+  EXPECT_EQ(c->lost_after, absl::Minutes(1));
+  EXPECT_EQ(c->overcommit.memory, 1.5);
+  EXPECT_EQ(c->best_of_k, 5);
+  EXPECT_EQ(c->max_request_bytes, 64u << 10);
+  EXPECT_EQ(c->create_timeout, absl::Seconds(10));
+}
+
+TEST(ControllerConfigTest, ErrorsNameTheKeyAndWhatToDo) {
+  EXPECT_THAT(ErrorOf("listen: {prot: 1}"), HasSubstr("\"listen.prot\" is not a known key"));
+  EXPECT_THAT(ErrorOf("store: {kind: etcd}"), HasSubstr("\"sqlite\""));
+  EXPECT_THAT(ErrorOf("images: [{image: \"py*thon\", profile: p}]"), HasSubstr("at its end"));
+  EXPECT_THAT(ErrorOf("images: [{image: x, profile: Bad}]"), HasSubstr("lower-case"));
+  EXPECT_THAT(ErrorOf("nodes: {heartbeat_interval: 5s, misses: 3, lost_after: 10s}"),
+              HasSubstr("lost before it is NotReady"));
+  EXPECT_THAT(ErrorOf("scheduling: {overcommit: {cpu: 0.5}}"), HasSubstr("from 1 to 100"));
+  EXPECT_THAT(ErrorOf("api: {default_timeout: 2h, max_timeout: 1h}"), HasSubstr("api."));
+  EXPECT_THAT(ErrorOf("tls: {cert: relative.crt, key: /k}"), HasSubstr("absolute path"));
+  EXPECT_THAT(ErrorOf("listen: [1"), HasSubstr("not valid YAML"));
+  EXPECT_THAT(ErrorOf("state_dir: /x\nextra: 1"), HasSubstr("c.yaml:2"));
+}
+
+TEST(ApiKeysTest, TenantAndKeyPerLine) {
+  auto keys =
+      ParseApiKeys("# comment\nacme 0123456789abcdef0123\n\nfedcba9876543210fedcba\n", "keys");
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  ASSERT_EQ(keys->size(), 2u);
+  EXPECT_EQ((*keys)[0].tenant, "acme");
+  EXPECT_EQ((*keys)[1].tenant, "default");
+  EXPECT_THAT(std::string(ParseApiKeys("a short\n", "keys").status().message()),
+              HasSubstr("shorter than 16"));
+  EXPECT_THAT(
+      std::string(
+          ParseApiKeys("a 0123456789abcdef\nb 0123456789abcdef\n", "keys").status().message()),
+      HasSubstr("repeats"));
+  EXPECT_FALSE(ParseApiKeys("# nothing\n", "keys").ok());
+}
+
+}  // namespace
+}  // namespace moat::controller

@@ -1,0 +1,441 @@
+#include "controller/http_api.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "controller/lifecycle_json.h"
+#include "controller/log.h"
+#include "controller/proxy.h"
+#include "node-agent/join_auth.h"
+#include "node-agent/token.h"
+#include "sandbox/util/status_macros.h"
+
+namespace moat::controller {
+namespace {
+
+using nlohmann::json;
+constexpr char kJson[] = "application/json";
+constexpr char kApiKeyHeader[] = "OPEN-SANDBOX-API-KEY";
+// A join's timestamp may be this far from the controller's clock.
+constexpr absl::Duration kJoinClockSkew = absl::Minutes(5);
+
+void SendJson(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), kJson);
+}
+
+void SendError(httplib::Response& res, int status, absl::string_view message) {
+  SendJson(res, status, ErrorJson(ErrorCodeFor(status), message));
+}
+
+void SendStatus(httplib::Response& res, const absl::Status& status) {
+  SendError(res, HttpStatusFor(status), status.message());
+}
+
+// The request's routes at "/" and at "/v1": OpenSandbox's servers answer at both.
+std::string Both(absl::string_view pattern) { return absl::StrCat("(?:/v1)?", pattern); }
+
+thread_local absl::Time request_start;
+
+}  // namespace
+
+std::string RoutePattern(absl::string_view path) {
+  absl::ConsumePrefix(&path, "/v1");
+  std::vector<absl::string_view> parts = absl::StrSplit(path, '/');
+  // parts[0] is "" (the path starts with "/").
+  std::string out;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    absl::string_view prev = parts[i - 1];
+    absl::string_view part = parts[i];
+    if (prev == "sandboxes" && i == 2) {
+      part = "{id}";
+    } else if (prev == "nodes" && part != "join") {
+      part = "{name}";
+    } else if ((prev == "proxy" || prev == "endpoints") && i == 4) {
+      part = "{port}";
+    } else if (i >= 5 && absl::StartsWith(path, "/sandboxes/") && parts[3] == "proxy") {
+      break;  // What follows the port is the sandbox's own API: not a label.
+    }
+    absl::StrAppend(&out, "/", part);
+  }
+  return out.empty() ? "/" : out;
+}
+
+absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(HttpApiOptions options, NodeTable* nodes,
+                                                         SandboxManager* sandboxes,
+                                                         ControllerMetrics* metrics,
+                                                         const Clock* clock) {
+  if (options.config == nullptr) return absl::InvalidArgumentError("no config");
+  if (options.join_token.size() < 16) {
+    return absl::InvalidArgumentError("the join token must be at least 16 bytes");
+  }
+  std::unique_ptr<httplib::Server> server;
+  const ControllerConfig& c = *options.config;
+  if (!c.tls_cert_file.empty()) {
+    auto tls =
+        std::make_unique<httplib::SSLServer>(c.tls_cert_file.c_str(), c.tls_key_file.c_str());
+    if (!tls->is_valid()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot load the TLS certificate \"", c.tls_cert_file, "\" or key \"",
+                       c.tls_key_file, "\"; check that both exist, are PEM and match"));
+    }
+    server = std::move(tls);
+  } else {
+    server = std::make_unique<httplib::Server>();
+  }
+  std::unique_ptr<HttpApi> api(
+      new HttpApi(std::move(options), nodes, sandboxes, metrics, clock, std::move(server)));
+  api->Routes();
+  return api;
+}
+
+HttpApi::HttpApi(HttpApiOptions options, NodeTable* nodes, SandboxManager* sandboxes,
+                 ControllerMetrics* metrics, const Clock* clock,
+                 std::unique_ptr<httplib::Server> server)
+    : options_(std::move(options)),
+      nodes_(nodes),
+      sandboxes_(sandboxes),
+      metrics_(metrics),
+      clock_(clock),
+      server_(std::move(server)) {}
+
+HttpApi::~HttpApi() { Stop(); }
+
+bool HttpApi::Tenant(const httplib::Request& req, httplib::Response& res,
+                     std::string* tenant) const {
+  if (options_.api_keys.empty()) {
+    *tenant = "default";
+    return true;
+  }
+  std::string key = req.get_header_value(kApiKeyHeader);
+  if (!key.empty()) {
+    for (const ApiKey& k : options_.api_keys) {
+      if (agent::ConstantTimeEquals(key, k.key)) {
+        *tenant = k.tenant;
+        return true;
+      }
+    }
+  }
+  SendError(res, 401, "missing or wrong API key: send it in the OPEN-SANDBOX-API-KEY header");
+  return false;
+}
+
+bool HttpApi::NonceSeen(const std::string& nonce) {
+  absl::MutexLock lock(&nonce_mu_);
+  absl::Time now = clock_->Now();
+  for (auto it = nonces_.begin(); it != nonces_.end();) {
+    if (now - it->second > 2 * kJoinClockSkew) {
+      nonces_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  return !nonces_.emplace(nonce, now).second;
+}
+
+void HttpApi::Routes() {
+  httplib::Server& s = *server_;
+  s.set_payload_max_length(
+      std::max(options_.config->max_request_bytes, options_.config->max_upload_bytes));
+  s.set_tcp_nodelay(true);
+  // Clients (the SDK's fetch) keep connections open and reuse them: httplib's default of 5
+  // requests per connection made the SDK hit a closed socket and wait out its 200 ms retry.
+  // Each open connection holds a worker thread, hence the larger pool (streams hold one too).
+  s.set_keep_alive_max_count(1000);
+  s.new_task_queue = [] { return new httplib::ThreadPool(64); };
+  s.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    request_start = absl::Now();
+    std::string id = req.get_header_value("X-Request-ID");
+    if (id.empty() || id.size() > 128) id = agent::NewToken().value_or("").substr(0, 32);
+    res.set_header("X-Request-ID", id);
+    // Bodies for a sandbox (uploads) may be larger than the API's own.
+    const bool to_sandbox = absl::StrContains(req.path, "/proxy/");
+    const uint64_t limit =
+        to_sandbox ? options_.config->max_upload_bytes : options_.config->max_request_bytes;
+    const char* key = to_sandbox ? "api.max_upload_bytes" : "api.max_request_bytes";
+    if (!to_sandbox && absl::StrContains(req.get_header_value("Transfer-Encoding"), "chunked")) {
+      res.set_header("Connection", "close");
+      SendError(res, 411, "send the body with a Content-Length, not chunked");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    uint64_t length = 0;
+    if (absl::SimpleAtoi(req.get_header_value("Content-Length"), &length) && length > limit) {
+      res.set_header("Connection", "close");
+      SendError(
+          res, 413,
+          absl::StrCat("the request body is larger than ", limit, " bytes (", key, "); send less"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    metrics_->ObserveRequest(RoutePattern(req.path), res.status, absl::Now() - request_start);
+  });
+  s.set_error_handler(
+      httplib::Server::HandlerWithResponse([limit = options_.config->max_request_bytes](
+                                               const httplib::Request&, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        std::string message = res.status == 413
+                                  ? absl::StrCat("the request body is larger than ", limit,
+                                                 " bytes (api.max_request_bytes); send less")
+                              : res.status == 404 ? "no such endpoint; see api/controller.yaml"
+                                                  : "bad request";
+        SendError(res, res.status, message);
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  s.set_exception_handler(
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown exception";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        LogError(absl::StrCat("handler for ", req.method, " ", req.path, " threw: ", what));
+        SendError(res, 500, "internal error; the controller's log has details");
+      });
+
+  s.Get(Both("/health"), [](const httplib::Request&, httplib::Response& res) {
+    SendJson(res, 200, {{"status", "healthy"}});
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    nodes_->Snapshot();  // Cheap when nothing changed.
+    metrics_->SetNodes(nodes_->CountByStateAndArch());
+    res.set_content(metrics_->Serialize(), "text/plain; version=0.0.4");
+  });
+  NodeRoutes();
+  LifecycleRoutes();
+}
+
+void HttpApi::NodeRoutes() {
+  httplib::Server& s = *server_;
+  // An agent joins: it proves it holds the join token, the controller proves it back.
+  s.Post("/internal/v1/nodes/join", [this](const httplib::Request& req, httplib::Response& res) {
+    absl::StatusOr<JoinRequest> join = ParseJoinRequest(req.body);
+    if (!join.ok()) return SendStatus(res, join.status());
+    absl::Duration skew = absl::FromUnixSeconds(join->timestamp) - clock_->Now();
+    std::string expected =
+        agent::JoinAgentProof(options_.join_token, join->name, join->nonce, join->timestamp);
+    if (!agent::ConstantTimeEquals(expected, join->proof)) {
+      LogWarning(absl::StrCat("refused a join as \"", join->name, "\": wrong join proof"));
+      return SendError(res, 401,
+                       "wrong join proof: the agent's controller.join_token_file must hold the "
+                       "controller's join token");
+    }
+    if (absl::AbsDuration(skew) > kJoinClockSkew) {
+      return SendError(res, 401, "the join's timestamp is more than 5 minutes off; fix the clock");
+    }
+    if (NonceSeen(join->nonce)) return SendError(res, 401, "a replayed join; send a fresh nonce");
+    absl::StatusOr<std::string> session = nodes_->Join(join->name, join->report);
+    if (!session.ok()) return SendStatus(res, session.status());
+    LogInfo(absl::StrCat("node ", join->name, " joined (", join->report.arch, ", ",
+                         join->report.agent_url, ")"));
+    SendJson(res, 200,
+             {{"session_token", *session},
+              {"proof", agent::JoinControllerProof(options_.join_token, join->name, join->nonce)},
+              {"heartbeat_interval_seconds",
+               absl::ToDoubleSeconds(options_.config->heartbeat_interval)}});
+  });
+  s.Post(R"(/internal/v1/nodes/([a-z0-9][a-z0-9._-]{0,62})/heartbeat)",
+         [this](const httplib::Request& req, httplib::Response& res) {
+           std::string name = req.matches[1].str();
+           absl::StatusOr<NodeReport> report = ParseHeartbeat(req.body);
+           if (!report.ok()) return SendStatus(res, report.status());
+           absl::StatusOr<bool> first = nodes_->Heartbeat(
+               name, agent::BearerToken(req.get_header_value("Authorization")), *report);
+           if (!first.ok()) return SendStatus(res, first.status());
+           SendJson(res, 200, json::object());
+           if (*first && on_join_) on_join_(name);
+         });
+  s.Get("/v1/nodes", [this](const httplib::Request& req, httplib::Response& res) {
+    std::string tenant;
+    if (!Tenant(req, res, &tenant)) return;
+    json items = json::array();
+    for (const NodeView& n : nodes_->List()) items.push_back(NodeJson(n));
+    SendJson(res, 200, {{"items", items}});
+  });
+  s.Post(R"(/v1/nodes/([^/]+)/(cordon|uncordon|drain))",
+         [this](const httplib::Request& req, httplib::Response& res) {
+           std::string tenant;
+           if (!Tenant(req, res, &tenant)) return;
+           std::string name = req.matches[1].str(), verb = req.matches[2].str();
+           absl::Status st = verb == "drain"    ? nodes_->SetDraining(name)
+                             : verb == "cordon" ? nodes_->SetCordoned(name, true)
+                                                : nodes_->SetCordoned(name, false);
+           if (!st.ok()) return SendStatus(res, st);
+           SendJson(res, 200, NodeJson(*nodes_->Get(name)));
+         });
+}
+
+void HttpApi::LifecycleRoutes() {
+  httplib::Server& s = *server_;
+  const ControllerConfig& config = *options_.config;
+  s.Post(Both("/sandboxes"), [this, &config](const httplib::Request& req, httplib::Response& res) {
+    std::string tenant;
+    if (!Tenant(req, res, &tenant)) return;
+    absl::StatusOr<Sandbox> spec = ParseCreateSandbox(req.body, config, clock_->Now());
+    if (!spec.ok()) return SendStatus(res, spec.status());
+    if (!spec->arch.empty() && !nodes_->AnyNodeHasArch(spec->arch)) {
+      return SendError(res, 400,
+                       absl::StrCat("no node of architecture ", spec->arch,
+                                    " has joined; ask for one the fleet has, or none"));
+    }
+    spec->tenant = tenant;
+    absl::StatusOr<std::string> id = NewSandboxId();
+    if (!id.ok()) return SendStatus(res, id.status());
+    spec->id = *id;
+    absl::StatusOr<Sandbox> created = sandboxes_->Create(*std::move(spec));
+    if (!created.ok()) return SendStatus(res, created.status());
+    res.set_header("Location", absl::StrCat("/v1/sandboxes/", created->id));
+    SendJson(res, 202, SandboxJson(*created));
+  });
+  s.Get(Both("/sandboxes"), [this](const httplib::Request& req, httplib::Response& res) {
+    std::string tenant;
+    if (!Tenant(req, res, &tenant)) return;
+    absl::StatusOr<ListQuery> query = ParseListQuery(req.params);
+    if (!query.ok()) return SendStatus(res, query.status());
+    SendJson(res, 200, ListJson(sandboxes_->List(tenant), *query));
+  });
+  s.Get(Both("/sandboxes/([^/]+)"), [this](const httplib::Request& req, httplib::Response& res) {
+    std::string tenant;
+    if (!Tenant(req, res, &tenant)) return;
+    absl::StatusOr<Sandbox> sb = sandboxes_->Get(tenant, req.matches[1].str());
+    if (!sb.ok()) return SendStatus(res, sb.status());
+    SendJson(res, 200, SandboxJson(*sb));
+  });
+  s.Delete(Both("/sandboxes/([^/]+)"), [this](const httplib::Request& req, httplib::Response& res) {
+    std::string tenant;
+    if (!Tenant(req, res, &tenant)) return;
+    absl::Status st = sandboxes_->Delete(tenant, req.matches[1].str());
+    if (!st.ok()) return SendStatus(res, st);
+    res.status = 204;
+  });
+  s.Post(Both("/sandboxes/([^/]+)/renew-expiration"), [this](const httplib::Request& req,
+                                                             httplib::Response& res) {
+    std::string tenant;
+    if (!Tenant(req, res, &tenant)) return;
+    absl::StatusOr<absl::Time> at = ParseRenew(req.body);
+    if (!at.ok()) return SendStatus(res, at.status());
+    absl::StatusOr<absl::Time> renewed = sandboxes_->Renew(tenant, req.matches[1].str(), *at);
+    if (!renewed.ok()) return SendStatus(res, renewed.status());
+    SendJson(res, 200, {{"expiresAt", FormatApiTime(*renewed)}});
+  });
+  s.Patch(Both("/sandboxes/([^/]+)/metadata"), [this](const httplib::Request& req,
+                                                      httplib::Response& res) {
+    std::string tenant;
+    if (!Tenant(req, res, &tenant)) return;
+    auto patch = ParseMetadataPatch(req.body);
+    if (!patch.ok()) return SendStatus(res, patch.status());
+    absl::StatusOr<Sandbox> sb = sandboxes_->PatchMetadata(tenant, req.matches[1].str(), *patch);
+    if (!sb.ok()) return SendStatus(res, sb.status());
+    SendJson(res, 200, SandboxJson(*sb));
+  });
+  for (const char* verb : {"pause", "resume"}) {
+    s.Post(Both(absl::StrCat("/sandboxes/([^/]+)/", verb)),
+           [this, verb](const httplib::Request& req, httplib::Response& res) {
+             std::string tenant;
+             if (!Tenant(req, res, &tenant)) return;
+             absl::StatusOr<Sandbox> sb = sandboxes_->Get(tenant, req.matches[1].str());
+             if (!sb.ok()) return SendStatus(res, sb.status());
+             SendError(res, 501,
+                       absl::StrCat("moat-controller cannot ", verb,
+                                    " sandboxes yet: the agent has no freezer API; delete and "
+                                    "create instead"));
+           });
+  }
+  s.Get(Both("/sandboxes/([^/]+)/endpoints/([0-9]{1,5})"),
+        [this](const httplib::Request& req, httplib::Response& res) {
+          std::string tenant;
+          if (!Tenant(req, res, &tenant)) return;
+          absl::StatusOr<Sandbox> sb = sandboxes_->Get(tenant, req.matches[1].str());
+          if (!sb.ok()) return SendStatus(res, sb.status());
+          int port = 0;
+          if (!absl::SimpleAtoi(req.matches[2].str(), &port) || port < 1 || port > 65535) {
+            return SendError(res, 400, "the port must be from 1 to 65535");
+          }
+          std::string host = req.get_header_value("Host");
+          // The sandbox's own token: the SDK sends these headers with every execd call, and
+          // the proxy takes it in place of the API key (which the SDK does not send there).
+          SendJson(res, 200,
+                   {{"endpoint", absl::StrCat(host, "/sandboxes/", sb->id, "/proxy/", port)},
+                    {"headers", {{"X-EXECD-ACCESS-TOKEN", sb->agent_token}}}});
+        });
+  // The proxy to the sandbox's own API, every method (proxy.h).
+  auto proxy = [this](const httplib::Request& req, httplib::Response& res) {
+    std::string tenant;
+    absl::StatusOr<Sandbox> sb = absl::NotFoundError("");
+    std::string id = req.matches[1].str();
+    // The caller's API key, or the sandbox's own token (the endpoint's headers give it).
+    std::string token = req.get_header_value("X-EXECD-ACCESS-TOKEN");
+    if (!token.empty()) {
+      sb = sandboxes_->GetForToken(id, token);
+      if (!sb.ok()) return SendError(res, 401, "wrong X-EXECD-ACCESS-TOKEN for this sandbox");
+    } else {
+      if (!Tenant(req, res, &tenant)) return;
+      sb = sandboxes_->Get(tenant, id);
+    }
+    if (!sb.ok()) return SendStatus(res, sb.status());
+    if (sb->state != "Running") {
+      return SendError(res, 409, absl::StrCat("the sandbox is ", sb->state, "; it runs nothing"));
+    }
+    absl::StatusOr<AgentEndpoint> agent = nodes_->Endpoint(sb->node);
+    if (!agent.ok()) return SendStatus(res, agent.status());
+    int port = 0;
+    if (!absl::SimpleAtoi(req.matches[2].str(), &port)) return SendError(res, 400, "bad port");
+    ProxyToSandbox(req, res, *sb, *agent, port, req.matches[3].str(), metrics_);
+  };
+  const std::string proxy_route = Both("/sandboxes/([^/]+)/proxy/([0-9]{1,5})(/.*)?");
+  s.Get(proxy_route, proxy);
+  s.Post(proxy_route, proxy);
+  s.Put(proxy_route, proxy);
+  s.Patch(proxy_route, proxy);
+  s.Delete(proxy_route, proxy);
+  s.Post(Both("/metrics/events"), [this](const httplib::Request& req, httplib::Response& res) {
+    std::string tenant;
+    if (!Tenant(req, res, &tenant)) return;
+    res.status = 204;  // Accepted, as OpenSandbox's servers do; moat keeps no client events.
+  });
+}
+
+absl::StatusOr<int> HttpApi::Start(const std::string& address, int port) {
+  int bound = port;
+  if (port == 0) {
+    bound = server_->bind_to_any_port(address);
+  } else if (!server_->bind_to_port(address, port)) {
+    bound = -1;
+  }
+  if (bound <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", address, ":", port,
+                     "; is another process using the port, or is the address not local?"));
+  }
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  for (int i = 0; i < 5000 && !server_->is_running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  LogInfo(absl::StrCat("listening on ", address, ":", bound,
+                       options_.config->tls_cert_file.empty() ? "" : " (TLS)"));
+  return bound;
+}
+
+void HttpApi::Stop() {
+  if (!thread_.joinable()) return;
+  server_->stop();
+  thread_.join();
+}
+
+}  // namespace moat::controller

@@ -1,0 +1,317 @@
+// The controller's HTTP API for real: a server on 127.0.0.1, an httplib client, a fake fleet
+// behind the agent client.
+#include "controller/http_api.h"
+
+#include <httplib.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "controller/lifecycle_json.h"
+#include "controller/store/memory_store.h"
+#include "controller/testing/fake_agents.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "node-agent/join_auth.h"
+
+namespace moat::controller {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+constexpr char kKey[] = "acme-key-0123456789abcdef";
+constexpr char kJoinToken[] = "join-token-0123456789abcdef";
+
+class HttpApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_.max_request_bytes = 4096;
+    config_.create_timeout = absl::Milliseconds(100);
+    config_.images = {{"python:*", "default"}};
+    sandboxes_ = std::make_unique<SandboxManager>(
+        &store_, &nodes_, &agents_, &scheduler_, &metrics_, &clock_,
+        SandboxManagerOptions{.create_timeout = config_.create_timeout,
+                              .retry_interval = absl::Milliseconds(10)});
+    auto api = HttpApi::Create(HttpApiOptions{&config_, {{"acme", kKey}}, kJoinToken}, &nodes_,
+                               sandboxes_.get(), &metrics_, &clock_);
+    ASSERT_TRUE(api.ok()) << api.status();
+    api_ = *std::move(api);
+    api_->SetOnJoin([this](const std::string& node) { joined_.push_back(node); });
+    auto port = api_->Start("127.0.0.1", 0);
+    ASSERT_TRUE(port.ok());
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", *port);
+  }
+
+  httplib::Headers Auth() { return {{"OPEN-SANDBOX-API-KEY", kKey}}; }
+
+  json Report(const std::string& name, const std::string& arch = "x86_64") {
+    return {{"agent_url", "http://" + name},
+            {"agent_token", "node-token-0123456789"},
+            {"arch", arch},
+            {"allocatable", {{"cpu", 2}, {"memory", 8LL << 30}}},
+            {"profiles", {"default"}}};
+  }
+
+  // Joins as `name` and sends the first heartbeat; the session token.
+  std::string JoinNode(const std::string& name, const std::string& arch = "x86_64") {
+    std::string nonce = "nonce-0123456789-" + name;
+    int64_t now = absl::ToUnixSeconds(absl::Now());
+    json body = {{"name", name},
+                 {"nonce", nonce},
+                 {"timestamp", now},
+                 {"proof", agent::JoinAgentProof(kJoinToken, name, nonce, now)},
+                 {"report", Report(name, arch)}};
+    auto res = client_->Post("/internal/v1/nodes/join", body.dump(), "application/json");
+    EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no answer");
+    if (!res || res->status != 200) return "";
+    json answer = json::parse(res->body);
+    EXPECT_EQ(answer["proof"], agent::JoinControllerProof(kJoinToken, name, nonce));
+    std::string session = answer["session_token"];
+    auto hb = client_->Post(absl::StrCat("/internal/v1/nodes/", name, "/heartbeat"),
+                            {{"Authorization", "Bearer " + session}},
+                            json{{"report", Report(name, arch)}}.dump(), "application/json");
+    EXPECT_TRUE(hb && hb->status == 200) << (hb ? hb->body : "no answer");
+    return session;
+  }
+
+  std::string CreateBody(const std::string& extra = "") {
+    return absl::StrCat(R"({"image": {"uri": "python:3.11"}, "entrypoint": ["/bin/sh"],)",
+                        R"( "timeout": 600, "resourceLimits": {"cpu": "500m", "memory": "1Gi"})",
+                        extra, "}");
+  }
+
+  // The error must be flat {code, message}.
+  std::string ExpectError(const httplib::Result& res, int status, const std::string& code) {
+    EXPECT_TRUE(res);
+    if (!res) return "";
+    EXPECT_EQ(res->status, status) << res->body;
+    json body = json::parse(res->body, nullptr, false);
+    EXPECT_TRUE(body.is_object() && body.contains("code") && body.contains("message")) << res->body;
+    if (!body.is_object()) return "";
+    EXPECT_EQ(body.value("code", ""), code) << res->body;
+    return body.value("message", "");
+  }
+
+  ControllerConfig config_;
+  agent::FakeClock clock_{absl::Now()};
+  MemoryStore store_;
+  NodeTable nodes_{&clock_, NodeTableOptions{}};
+  testing::FakeAgents agents_;
+  scheduler::Scheduler scheduler_;
+  ControllerMetrics metrics_;
+  std::unique_ptr<SandboxManager> sandboxes_;
+  std::unique_ptr<HttpApi> api_;
+  std::unique_ptr<httplib::Client> client_;
+  std::vector<std::string> joined_;
+};
+
+TEST_F(HttpApiTest, HealthAndMetricsAnswerAtOnce) {
+  auto health = client_->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(json::parse(health->body)["status"], "healthy");
+  EXPECT_EQ(client_->Get("/v1/health")->status, 200);
+  // A request is counted once its answer is written, after the client has it: poll.
+  std::string body;
+  for (int i = 0; i < 100 && !absl::StrContains(body, "route=\"/health\""); ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+    auto metrics = client_->Get("/metrics");
+    ASSERT_TRUE(metrics);
+    body = metrics->body;
+  }
+  EXPECT_THAT(body, HasSubstr("moat_controller_request_duration_seconds"));
+  EXPECT_THAT(body, HasSubstr("route=\"/health\""));
+}
+
+TEST_F(HttpApiTest, TheApiKeyIsRequired) {
+  ExpectError(client_->Get("/v1/sandboxes"), 401, "UNAUTHORIZED");
+  ExpectError(client_->Get("/v1/sandboxes", {{"OPEN-SANDBOX-API-KEY", "wrong-key-0123456789"}}),
+              401, "UNAUTHORIZED");
+  EXPECT_EQ(client_->Get("/v1/sandboxes", Auth())->status, 200);
+}
+
+TEST_F(HttpApiTest, CreateGetListDeleteAtBothPrefixes) {
+  JoinNode("n1");
+  auto created = client_->Post("/v1/sandboxes", Auth(), CreateBody(), "application/json");
+  ASSERT_TRUE(created);
+  ASSERT_EQ(created->status, 202) << created->body;
+  json sb = json::parse(created->body);
+  EXPECT_EQ(sb["status"]["state"], "Running");
+  EXPECT_EQ(sb["image"]["uri"], "python:3.11");
+  EXPECT_EQ(sb["entrypoint"], json::array({"/bin/sh"}));
+  EXPECT_TRUE(sb.contains("expiresAt"));
+  EXPECT_TRUE(sb.contains("createdAt"));
+  std::string id = sb["id"];
+  EXPECT_EQ(id.size(), 36u);  // A UUID.
+  EXPECT_EQ(nodes_.Get("n1")->allocated.cpu, 0.5);
+  auto got = client_->Get("/sandboxes/" + id, Auth());  // No /v1.
+  ASSERT_EQ(got->status, 200);
+  EXPECT_EQ(json::parse(got->body)["id"], id);
+  auto list = client_->Get("/v1/sandboxes?state=Running&pageSize=1", Auth());
+  ASSERT_EQ(list->status, 200) << list->body;
+  json page = json::parse(list->body);
+  EXPECT_EQ(page["items"].size(), 1u);
+  EXPECT_EQ(page["pagination"]["totalItems"], 1);
+  auto endpoint = client_->Get("/v1/sandboxes/" + id + "/endpoints/44772", Auth());
+  ASSERT_EQ(endpoint->status, 200);
+  EXPECT_THAT(json::parse(endpoint->body)["endpoint"].get<std::string>(),
+              HasSubstr("/sandboxes/" + id + "/proxy/44772"));
+  EXPECT_EQ(client_->Delete("/sandboxes/" + id, Auth())->status, 204);
+  ExpectError(client_->Get("/v1/sandboxes/" + id, Auth()), 404, "NOT_FOUND");
+  EXPECT_EQ(nodes_.Get("n1")->allocated.cpu, 0);
+}
+
+TEST_F(HttpApiTest, RequestIdIsEchoedOrMade) {
+  auto res = client_->Get("/health", {{"X-Request-ID", "req-42"}});
+  EXPECT_EQ(res->get_header_value("X-Request-ID"), "req-42");
+  auto made = client_->Get("/health");
+  EXPECT_EQ(made->get_header_value("X-Request-ID").size(), 32u);
+}
+
+TEST_F(HttpApiTest, BadRequestsSayWhatToFix) {
+  JoinNode("n1");
+  EXPECT_THAT(ExpectError(client_->Post("/v1/sandboxes", Auth(), "{not json", "application/json"),
+                          400, "INVALID_REQUEST"),
+              HasSubstr("JSON object"));
+  EXPECT_THAT(ExpectError(client_->Post("/v1/sandboxes", Auth(), CreateBody(R"(, "colour": 1)"),
+                                        "application/json"),
+                          400, "INVALID_REQUEST"),
+              HasSubstr("\"colour\" is not a known field"));
+  EXPECT_THAT(ExpectError(client_->Post("/v1/sandboxes", Auth(),
+                                        R"({"image": {"uri": "ruby:3"}, "entrypoint": ["x"]})",
+                                        "application/json"),
+                          400, "INVALID_REQUEST"),
+              HasSubstr("images table"));
+  EXPECT_THAT(ExpectError(client_->Post("/v1/sandboxes", Auth(),
+                                        R"({"image": {"uri": "python:3"}, "entrypoint": ["x"],
+                                            "timeout": 10})",
+                                        "application/json"),
+                          400, "INVALID_REQUEST"),
+              HasSubstr("from 60"));
+  EXPECT_THAT(
+      ExpectError(client_->Post("/v1/sandboxes", Auth(),
+                                CreateBody(R"(, "platform": {"os": "linux", "arch": "arm64"})"),
+                                "application/json"),
+                  400, "INVALID_REQUEST"),
+      HasSubstr("no node of architecture aarch64"));
+  EXPECT_THAT(
+      ExpectError(client_->Get("/v1/sandboxes?pageSize=500", Auth()), 400, "INVALID_REQUEST"),
+      HasSubstr("1 to 200"));
+  ExpectError(client_->Post("/v1/sandboxes", Auth(), std::string(5000, ' '), "application/json"),
+              413, "PAYLOAD_TOO_LARGE");
+  ExpectError(client_->Get("/v1/nowhere", Auth()), 404, "NOT_FOUND");
+  // Nothing reached an agent.
+  EXPECT_EQ(agents_.Creates("http://n1"), 0);
+}
+
+TEST_F(HttpApiTest, PendingWithAReasonWhenNoNodeFits) {
+  JoinNode("n1");
+  auto res = client_->Post("/v1/sandboxes", Auth(),
+                           R"({"image": {"uri": "python:3"}, "entrypoint": ["x"],
+                               "resourceLimits": {"memory": "64Gi"}})",
+                           "application/json");
+  ASSERT_EQ(res->status, 202) << res->body;
+  json sb = json::parse(res->body);
+  EXPECT_EQ(sb["status"]["state"], "Pending");
+  EXPECT_EQ(sb["status"]["message"], "0/1 nodes: 1 insufficient memory");
+}
+
+TEST_F(HttpApiTest, RenewAndMetadata) {
+  JoinNode("n1");
+  auto created = client_->Post("/v1/sandboxes", Auth(), CreateBody(), "application/json");
+  std::string id = json::parse(created->body)["id"];
+  std::string later = FormatApiTime(clock_.Now() + absl::Hours(2));
+  auto renewed = client_->Post("/v1/sandboxes/" + id + "/renew-expiration", Auth(),
+                               json{{"expiresAt", later}}.dump(), "application/json");
+  ASSERT_EQ(renewed->status, 200) << renewed->body;
+  EXPECT_EQ(json::parse(renewed->body)["expiresAt"], later);
+  ExpectError(client_->Post("/v1/sandboxes/" + id + "/renew-expiration", Auth(),
+                            json{{"expiresAt", "2000-01-01T00:00:00Z"}}.dump(), "application/json"),
+              400, "INVALID_REQUEST");
+  auto patched = client_->Patch("/v1/sandboxes/" + id + "/metadata", Auth(), R"({"team": "blue"})",
+                                "application/json");
+  ASSERT_EQ(patched->status, 200) << patched->body;
+  EXPECT_EQ(json::parse(patched->body)["metadata"]["team"], "blue");
+  auto filtered = client_->Get("/v1/sandboxes?metadata=team%3Dblue", Auth());
+  EXPECT_EQ(json::parse(filtered->body)["pagination"]["totalItems"], 1);
+  filtered = client_->Get("/v1/sandboxes?metadata=team%3Dred", Auth());
+  EXPECT_EQ(json::parse(filtered->body)["pagination"]["totalItems"], 0);
+  EXPECT_THAT(
+      ExpectError(client_->Post("/v1/sandboxes/" + id + "/pause", Auth(), "", "application/json"),
+                  501, "NOT_IMPLEMENTED"),
+      HasSubstr("pause"));
+}
+
+TEST_F(HttpApiTest, JoinNeedsTheProofAndRefusesReplays) {
+  std::string nonce = "nonce-0123456789abcdef";
+  int64_t now = absl::ToUnixSeconds(absl::Now());
+  json body = {{"name", "n1"},
+               {"nonce", nonce},
+               {"timestamp", now},
+               {"proof", agent::JoinAgentProof("another-token-0123456789", "n1", nonce, now)},
+               {"report", Report("n1")}};
+  EXPECT_THAT(ExpectError(client_->Post("/internal/v1/nodes/join", body.dump(), "application/json"),
+                          401, "UNAUTHORIZED"),
+              HasSubstr("join proof"));
+  body["proof"] = agent::JoinAgentProof(kJoinToken, "n1", nonce, now);
+  EXPECT_EQ(client_->Post("/internal/v1/nodes/join", body.dump(), "application/json")->status, 200);
+  EXPECT_THAT(ExpectError(client_->Post("/internal/v1/nodes/join", body.dump(), "application/json"),
+                          401, "UNAUTHORIZED"),
+              HasSubstr("replayed"));
+  // An old timestamp, even with a right proof.
+  body["nonce"] = "nonce-fresh-0123456789";
+  body["timestamp"] = now - 3600;
+  body["proof"] = agent::JoinAgentProof(kJoinToken, "n1", "nonce-fresh-0123456789", now - 3600);
+  EXPECT_THAT(ExpectError(client_->Post("/internal/v1/nodes/join", body.dump(), "application/json"),
+                          401, "UNAUTHORIZED"),
+              HasSubstr("clock"));
+  // The join alone never carries the node token.
+  EXPECT_FALSE(nodes_.Endpoint("n1").ok() && !nodes_.Endpoint("n1")->token.empty());
+}
+
+TEST_F(HttpApiTest, HeartbeatsNeedTheSessionAndTriggerReconcileOnce) {
+  std::string session = JoinNode("n1");
+  EXPECT_EQ(joined_, std::vector<std::string>{"n1"});
+  ExpectError(client_->Post("/internal/v1/nodes/n1/heartbeat", {{"Authorization", "Bearer x"}},
+                            json{{"report", Report("n1")}}.dump(), "application/json"),
+              401, "UNAUTHORIZED");
+  auto hb =
+      client_->Post("/internal/v1/nodes/n1/heartbeat", {{"Authorization", "Bearer " + session}},
+                    json{{"report", Report("n1")}}.dump(), "application/json");
+  EXPECT_EQ(hb->status, 200);
+  EXPECT_EQ(joined_.size(), 1u);
+}
+
+TEST_F(HttpApiTest, CordonUncordonDrainAndList) {
+  JoinNode("n1");
+  auto cordon = client_->Post("/v1/nodes/n1/cordon", Auth(), "", "application/json");
+  ASSERT_EQ(cordon->status, 200) << cordon->body;
+  EXPECT_EQ(json::parse(cordon->body)["cordoned"], true);
+  auto res = client_->Post("/v1/sandboxes", Auth(), CreateBody(), "application/json");
+  EXPECT_EQ(json::parse(res->body)["status"]["message"], "0/1 nodes: 1 cordoned");
+  client_->Post("/v1/nodes/n1/uncordon", Auth(), "", "application/json");
+  auto drain = client_->Post("/v1/nodes/n1/drain", Auth(), "", "application/json");
+  EXPECT_EQ(json::parse(drain->body)["draining"], true);
+  auto list = client_->Get("/v1/nodes", Auth());
+  json nodes = json::parse(list->body)["items"];
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0]["name"], "n1");
+  EXPECT_EQ(nodes[0]["state"], "Ready");
+  EXPECT_FALSE(nodes[0].contains("agent_token"));
+  EXPECT_THAT(list->body, ::testing::Not(HasSubstr("node-token-0123456789")));
+  ExpectError(client_->Post("/v1/nodes/nope/cordon", Auth(), "", "application/json"), 404,
+              "NOT_FOUND");
+}
+
+TEST(RoutePatternTest, IdsNeverBecomeLabels) {
+  EXPECT_EQ(RoutePattern("/v1/sandboxes/abc"), "/sandboxes/{id}");
+  EXPECT_EQ(RoutePattern("/sandboxes/abc/endpoints/44772"), "/sandboxes/{id}/endpoints/{port}");
+  EXPECT_EQ(RoutePattern("/sandboxes/abc/proxy/44772/files/x/y"), "/sandboxes/{id}/proxy/{port}");
+  EXPECT_EQ(RoutePattern("/internal/v1/nodes/n1/heartbeat"), "/internal/v1/nodes/{name}/heartbeat");
+  EXPECT_EQ(RoutePattern("/v1/nodes/n1/cordon"), "/nodes/{name}/cordon");
+  EXPECT_EQ(RoutePattern("/health"), "/health");
+}
+
+}  // namespace
+}  // namespace moat::controller

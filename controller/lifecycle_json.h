@@ -1,0 +1,68 @@
+// The controller's JSON, without HTTP: strict parsing of OpenSandbox lifecycle requests and of
+// the agents' join and heartbeat bodies (unknown fields and wrong types are 400s that name the
+// field), and the shapes of responses, as OpenSandbox's servers send them.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "controller/config.h"
+#include "controller/nodes.h"
+#include "controller/sandboxes.h"
+#include "nlohmann/json.hpp"
+
+namespace moat::controller {
+
+// Flat, as OpenSandbox's: {"code": "INVALID_REQUEST", "message": "..."}.
+nlohmann::json ErrorJson(absl::string_view code, absl::string_view message);
+int HttpStatusFor(const absl::Status& status);
+absl::string_view ErrorCodeFor(int http_status);
+
+// POST /sandboxes. image.uri maps to a profile through the config's images table;
+// resourceLimits (Kubernetes quantities: cpu "500m", memory "512Mi") are what the scheduler
+// reserves; timeout (seconds, >= 60, at most api.max_timeout; null: no expiry).
+absl::StatusOr<Sandbox> ParseCreateSandbox(absl::string_view body, const ControllerConfig& config,
+                                           absl::Time now);
+absl::StatusOr<std::string> NewSandboxId();  // A random UUID (version 4).
+nlohmann::json SandboxJson(const Sandbox& s);
+std::string FormatApiTime(absl::Time t);  // RFC 3339, UTC, milliseconds.
+
+// GET /sandboxes?state=Running&state=Paused&metadata=k%3Dv%26k2%3Dv2&page=1&pageSize=20
+struct ListQuery {
+  std::vector<std::string> states;              // OR; empty: any.
+  std::map<std::string, std::string> metadata;  // AND.
+  int page = 1;
+  int page_size = 20;  // 1 to 200.
+};
+absl::StatusOr<ListQuery> ParseListQuery(const std::multimap<std::string, std::string>& params);
+// `all` newest first; the page the query asks for.
+nlohmann::json ListJson(const std::vector<Sandbox>& all, const ListQuery& query);
+
+// {"expiresAt": RFC 3339}
+absl::StatusOr<absl::Time> ParseRenew(absl::string_view body);
+// A JSON merge patch of string values; null removes a key.
+absl::StatusOr<std::map<std::string, std::optional<std::string>>> ParseMetadataPatch(
+    absl::string_view body);
+
+struct JoinRequest {
+  std::string name;  // [a-z0-9][a-z0-9._-]{0,62}
+  std::string nonce;
+  int64_t timestamp = 0;
+  std::string proof;
+  NodeReport report;  // Without agent_token: that comes with the first heartbeat.
+};
+absl::StatusOr<JoinRequest> ParseJoinRequest(absl::string_view body);
+// {"report": {...}}, with agent_token.
+absl::StatusOr<NodeReport> ParseHeartbeat(absl::string_view body);
+nlohmann::json NodeJson(const NodeView& node);
+
+// Kubernetes quantities: "500m" -> 0.5 cores; "512Mi" -> 536870912 bytes.
+absl::StatusOr<double> ParseCpuQuantity(absl::string_view text);
+absl::StatusOr<uint64_t> ParseMemoryQuantity(absl::string_view text);
+
+}  // namespace moat::controller

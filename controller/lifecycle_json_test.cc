@@ -1,0 +1,121 @@
+#include "controller/lifecycle_json.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moat::controller {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+TEST(QuantityTest, KubernetesCpuAndMemory) {
+  EXPECT_EQ(*ParseCpuQuantity("500m"), 0.5);
+  EXPECT_EQ(*ParseCpuQuantity("2"), 2);
+  EXPECT_EQ(*ParseCpuQuantity("1.5"), 1.5);
+  EXPECT_FALSE(ParseCpuQuantity("-1").ok());
+  EXPECT_FALSE(ParseCpuQuantity("0").ok());
+  EXPECT_FALSE(ParseCpuQuantity("2000").ok());
+  EXPECT_FALSE(ParseCpuQuantity("one").ok());
+  EXPECT_EQ(*ParseMemoryQuantity("512Mi"), 512ULL << 20);
+  EXPECT_EQ(*ParseMemoryQuantity("2Gi"), 2ULL << 30);
+  EXPECT_EQ(*ParseMemoryQuantity("1G"), 1000000000ULL);
+  EXPECT_EQ(*ParseMemoryQuantity("4096"), 4096ULL);
+  EXPECT_FALSE(ParseMemoryQuantity("1Xi").ok());
+  EXPECT_FALSE(ParseMemoryQuantity("").ok());
+  EXPECT_FALSE(ParseMemoryQuantity("nan").ok());
+}
+
+TEST(CreateSandboxTest, DefaultsAndMappings) {
+  ControllerConfig config;
+  config.images = {{"python:*", "python"}, {"*", "default"}};
+  absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  auto s = ParseCreateSandbox(R"({"image": {"uri": "python:3.11"}, "entrypoint": ["python"],
+                                  "env": {"A": "1"}, "metadata": {"m": "v"},
+                                  "platform": {"os": "linux", "arch": "arm64"}})",
+                              config, now);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->profile, "python");
+  EXPECT_EQ(s->arch, "aarch64");
+  EXPECT_EQ(s->expires_at, now + absl::Minutes(10));
+  EXPECT_EQ(s->resources.cpu, 1);  // The SDK's default request.
+  EXPECT_EQ(s->resources.memory, 2ULL << 30);
+  EXPECT_EQ(s->env.at("A"), "1");
+  auto requested = ParseCreateSandbox(
+      R"({"image": {"uri": "x"}, "entrypoint": ["sh"], "resourceLimits": {"cpu": "2"},
+          "resourceRequests": {"cpu": "250m", "memory": "256Mi"}})",
+      config, now);
+  ASSERT_TRUE(requested.ok()) << requested.status();
+  EXPECT_EQ(requested->resources.cpu, 0.25);  // Requests, not limits, are reserved.
+  EXPECT_EQ(requested->resources.memory, 256ULL << 20);
+  auto forever = ParseCreateSandbox(
+      R"({"image": {"uri": "x"}, "entrypoint": ["sh"], "timeout": null})", config, now);
+  ASSERT_TRUE(forever.ok());
+  EXPECT_EQ(forever->expires_at, absl::InfiniteFuture());
+  EXPECT_EQ(SandboxJson(*forever).contains("expiresAt"), false);
+}
+
+TEST(CreateSandboxTest, RefusesWhatItCannotHonour) {
+  ControllerConfig config;
+  config.images = {{"*", "default"}};
+  auto error = [&](const std::string& body) {
+    auto s = ParseCreateSandbox(body, config, absl::Now());
+    EXPECT_FALSE(s.ok()) << body;
+    return std::string(s.status().message());
+  };
+  EXPECT_THAT(error(R"({"entrypoint": ["sh"]})"), HasSubstr("\"image\" is required"));
+  EXPECT_THAT(error(R"({"image": {"uri": "x"}})"), HasSubstr("\"entrypoint\" is required"));
+  EXPECT_THAT(error(R"({"image": {"uri": "x"}, "entrypoint": ["sh"], "snapshotId": "s"})"),
+              HasSubstr("not supported"));
+  EXPECT_THAT(error(R"({"image": {"uri": "x"}, "entrypoint": ["sh"],
+                        "resourceLimits": {"gpu": "1"}})"),
+              HasSubstr("resourceLimits.gpu"));
+  EXPECT_THAT(error(R"({"image": {"uri": "x"}, "entrypoint": ["sh"],
+                        "platform": {"os": "linux", "arch": "riscv64"}})"),
+              HasSubstr("\"amd64\" or \"arm64\""));
+  EXPECT_THAT(error(R"({"image": {"uri": "x"}, "entrypoint": [1]})"), HasSubstr("strings"));
+  EXPECT_THAT(error(R"({"image": {"uri": "x"}, "entrypoint": ["sh"], "env": {"A": 1}})"),
+              HasSubstr("\"env.A\" must be a string"));
+  EXPECT_THAT(error("[]"), HasSubstr("JSON object"));
+}
+
+TEST(ListTest, StateOrMetadataAndPages) {
+  std::vector<Sandbox> all;
+  for (int i = 0; i < 5; ++i) {
+    Sandbox s;
+    s.id = std::to_string(i);
+    s.state = i < 3 ? "Running" : "Failed";
+    s.metadata = {{"team", i % 2 ? "a" : "b"}, {"env", "prod"}};
+    all.push_back(s);
+  }
+  std::multimap<std::string, std::string> params = {
+      {"state", "running"}, {"state", "Failed"}, {"pageSize", "2"}, {"page", "2"}};
+  json page = ListJson(all, *ParseListQuery(params));
+  EXPECT_EQ(page["pagination"]["totalItems"], 5);
+  EXPECT_EQ(page["pagination"]["totalPages"], 3);
+  EXPECT_EQ(page["pagination"]["hasNextPage"], true);
+  ASSERT_EQ(page["items"].size(), 2u);
+  EXPECT_EQ(page["items"][0]["id"], "2");
+  page = ListJson(all, *ParseListQuery({{"metadata", "team=a&env=prod"}}));
+  EXPECT_EQ(page["pagination"]["totalItems"], 2);
+  page = ListJson(all, *ParseListQuery({{"state", "Failed"}, {"metadata", "team=a"}}));
+  EXPECT_EQ(page["pagination"]["totalItems"], 1);
+  EXPECT_FALSE(ParseListQuery({{"pageSize", "0"}}).ok());
+  EXPECT_FALSE(ParseListQuery({{"colour", "red"}}).ok());
+}
+
+TEST(JoinRequestTest, StrictAndWithoutTheToken) {
+  auto j = ParseJoinRequest(R"({"name": "n1", "nonce": "0123456789abcdef", "timestamp": 1,
+      "proof": "p", "report": {"agent_url": "http://a:1", "agent_token": "secret", "arch": "arm64"}})");
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_TRUE(j->report.agent_token.empty());
+  EXPECT_FALSE(ParseJoinRequest(R"({"name": "N/1", "nonce": "0123456789abcdef", "timestamp": 1,
+      "proof": "p", "report": {"agent_url": "http://a:1", "arch": "x"}})")
+                   .ok());
+  EXPECT_FALSE(ParseHeartbeat(R"({"report": {"agent_url": "ftp://a", "arch": "x"}})").ok());
+  EXPECT_FALSE(
+      ParseHeartbeat(R"({"report": {"agent_url": "http://a", "arch": "x", "bogus": 1}})").ok());
+}
+
+}  // namespace
+}  // namespace moat::controller

@@ -1,0 +1,157 @@
+// moat-controller: the fleet's one endpoint. main only wires the parts together and runs the
+// one-second tick (node states, expiry); each part lives in its own file.
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "controller/agent_client.h"
+#include "controller/config.h"
+#include "controller/http_api.h"
+#include "controller/log.h"
+#include "controller/metrics.h"
+#include "controller/nodes.h"
+#include "controller/sandboxes.h"
+#include "controller/scheduler/scheduler.h"
+#include "controller/store/memory_store.h"
+#include "controller/store/sqlite_store.h"
+#include "node-agent/token.h"
+
+namespace moat::controller {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: moat-controller [--config FILE]\n"
+    "  --config FILE  the controller's YAML configuration (default /etc/moat/controller.yaml;\n"
+    "                 docs/controller.md lists every key)\n"
+    "  --version      print the version\n"
+    "  --help         this text\n"
+    "The API listens on 127.0.0.1:8080 unless listen: says otherwise; state (SQLite) lives in\n"
+    "/var/lib/moat-controller unless state_dir: says otherwise.\n";
+
+int Run(int argc, char** argv) {
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::string config_path = kDefaultConfigPath;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--config" && i + 1 < argc) {
+      config_path = argv[++i];
+    } else if (arg == "--version") {
+      std::printf("moat-controller %s\n", MOAT_VERSION);
+      return 0;
+    } else if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else {
+      std::fputs(kUsage, stderr);
+      return 2;
+    }
+  }
+  absl::StatusOr<ControllerConfig> config = LoadConfig(config_path);
+  if (!config.ok()) {
+    LogError(config.status().message());
+    return 1;
+  }
+  absl::StatusOr<std::string> join_token = agent::ReadTokenFile(config->join_token_file);
+  if (!join_token.ok()) {
+    LogError(absl::StrCat("the join token (join_token_file): ", join_token.status().message()));
+    return 1;
+  }
+  std::vector<ApiKey> api_keys;
+  if (!config->api_keys_file.empty()) {
+    absl::StatusOr<std::vector<ApiKey>> keys = LoadApiKeys(config->api_keys_file);
+    if (!keys.ok()) {
+      LogError(keys.status().message());
+      return 1;
+    }
+    api_keys = *std::move(keys);
+  } else {
+    LogWarning("no api_keys_file: the API takes requests without a key (tenant \"default\")");
+  }
+
+  std::unique_ptr<Store> store;
+  if (config->store == StoreKind::kMemory) {
+    LogWarning("store: memory: nothing survives a restart");
+    store = std::make_unique<MemoryStore>();
+  } else {
+    mkdir(config->state_dir.c_str(), 0700);
+    absl::StatusOr<std::unique_ptr<SqliteStore>> sqlite =
+        SqliteStore::Open(config->state_dir + "/controller.db");
+    if (!sqlite.ok()) {
+      LogError(sqlite.status().message());
+      return 1;
+    }
+    store = *std::move(sqlite);
+  }
+
+  agent::RealClock clock;
+  ControllerMetrics metrics;
+  NodeTable nodes(&clock, NodeTableOptions{config->heartbeat_interval, config->heartbeat_misses,
+                                           config->lost_after, config->overcommit});
+  scheduler::Scheduler scheduler(scheduler::SchedulerOptions{.best_of_k = config->best_of_k});
+  std::unique_ptr<AgentClient> agents = NewHttpAgentClient(config->create_timeout);
+  SandboxManager sandboxes(
+      store.get(), &nodes, agents.get(), &scheduler, &metrics, &clock,
+      SandboxManagerOptions{.retries = config->retries, .create_timeout = config->create_timeout});
+  if (absl::Status loaded = sandboxes.Load(); !loaded.ok()) {
+    LogError(absl::StrCat("loading the store: ", loaded.message()));
+    return 1;
+  }
+  sandboxes.StartPlacer();
+  absl::StatusOr<std::unique_ptr<HttpApi>> api = HttpApi::Create(
+      HttpApiOptions{&*config, api_keys, *join_token}, &nodes, &sandboxes, &metrics, &clock);
+  if (!api.ok()) {
+    LogError(api.status().message());
+    return 1;
+  }
+  // A node that (re)joins is reconciled: level-triggered, whatever happened while it was away.
+  (*api)->SetOnJoin([&sandboxes](const std::string& node) {
+    std::thread([&sandboxes, node] {
+      if (absl::Status st = sandboxes.Reconcile(node); !st.ok()) {
+        LogWarning(absl::StrCat("reconciling node ", node, ": ", st.message()));
+      }
+    }).detach();
+  });
+  absl::StatusOr<int> port = (*api)->Start(config->listen_address, config->port);
+  if (!port.ok()) {
+    LogError(port.status().message());
+    return 1;
+  }
+  // Tests read the bound port from here when they ask for port 0.
+  std::printf("moat-controller listening on %s:%d\n", config->listen_address.c_str(), *port);
+  std::fflush(stdout);
+
+  const timespec tick = {0, 250'000'000};
+  while (true) {
+    int sig = sigtimedwait(&stop_signals, nullptr, &tick);
+    if (sig == SIGTERM || sig == SIGINT) {
+      LogInfo(absl::StrCat("received ", strsignal(sig), "; stopping"));
+      break;
+    }
+    for (const std::string& lost : nodes.Tick()) {
+      LogWarning(absl::StrCat("node ", lost, " lost: no heartbeat for ",
+                              absl::FormatDuration(config->lost_after)));
+      sandboxes.NodeLost(lost);
+    }
+    sandboxes.Tick();
+  }
+  (*api)->Stop();
+  sandboxes.StopPlacer();
+  LogInfo("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace moat::controller
+
+int main(int argc, char** argv) { return moat::controller::Run(argc, argv); }

@@ -1,0 +1,227 @@
+#include "controller/proxy.h"
+
+#include <httplib.h>
+
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "controller/lifecycle_json.h"
+
+namespace moat::controller {
+namespace {
+
+// Headers that describe one hop, or carry the caller's credentials: never forwarded.
+bool DropRequestHeader(absl::string_view name) {
+  for (absl::string_view h : {"host", "connection", "keep-alive", "transfer-encoding", "te",
+                              "upgrade", "content-length", "open-sandbox-api-key", "authorization",
+                              "x-execd-access-token", "proxy-authorization", "accept-encoding"}) {
+    if (absl::EqualsIgnoreCase(name, h)) return true;
+  }
+  return false;
+}
+bool DropResponseHeader(absl::string_view name) {
+  for (absl::string_view h :
+       {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding"}) {
+    if (absl::EqualsIgnoreCase(name, h)) return true;
+  }
+  return false;
+}
+
+void SendError(httplib::Response& res, int status, absl::string_view message) {
+  res.status = status;
+  res.set_content(ErrorJson(ErrorCodeFor(status), message).dump(), "application/json");
+}
+
+// Chunks from the agent's response to the client's, with back-pressure: the agent side waits
+// while kMaxBuffered bytes are queued, so a slow client slows the agent instead of growing
+// the controller.
+class Pipe {
+ public:
+  static constexpr size_t kMaxBuffered = 1 << 20;
+
+  bool Push(const char* data, size_t n) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return buffered_ < kMaxBuffered || cancelled_; });
+    if (cancelled_) return false;
+    chunks_.emplace_back(data, n);
+    buffered_ += n;
+    cv_.notify_all();
+    return true;
+  }
+  void Close() {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+    cv_.notify_all();
+  }
+  void Cancel() {
+    std::lock_guard lock(mu_);
+    cancelled_ = true;
+    cv_.notify_all();
+  }
+  // The next chunk; false once the agent's response ended and everything was taken.
+  bool Pop(std::string* chunk) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return !chunks_.empty() || closed_; });
+    if (chunks_.empty()) return false;
+    *chunk = std::move(chunks_.front());
+    chunks_.pop_front();
+    buffered_ -= chunk->size();
+    cv_.notify_all();
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> chunks_;
+  size_t buffered_ = 0;
+  bool closed_ = false, cancelled_ = false;
+};
+
+struct Upstream {
+  Pipe pipe;
+  std::promise<httplib::Response> head;  // Status and headers, once they arrived.
+  bool head_set = false;
+  std::thread thread;
+
+  ~Upstream() {
+    // The thread holds a reference too: if it drops the last one, it cannot join itself.
+    if (!thread.joinable()) return;
+    if (thread.get_id() == std::this_thread::get_id()) {
+      thread.detach();
+    } else {
+      thread.join();
+    }
+  }
+};
+
+// httplib parses a multipart body into req.files and keeps no raw body: the parts are written
+// out again, in their order, under a fresh boundary.
+std::string MultipartBody(const httplib::Request& req, const std::string& boundary) {
+  std::string body;
+  for (const auto& [name, part] : req.files) {
+    absl::StrAppend(&body, "--", boundary, "\r\nContent-Disposition: form-data; name=\"", part.name,
+                    "\"");
+    if (!part.filename.empty()) absl::StrAppend(&body, "; filename=\"", part.filename, "\"");
+    absl::StrAppend(&body, "\r\n");
+    if (!part.content_type.empty()) {
+      absl::StrAppend(&body, "Content-Type: ", part.content_type, "\r\n");
+    }
+    absl::StrAppend(&body, "\r\n", part.content, "\r\n");
+  }
+  absl::StrAppend(&body, "--", boundary, "--\r\n");
+  return body;
+}
+
+}  // namespace
+
+void ProxyToSandbox(const httplib::Request& req, httplib::Response& res, const Sandbox& sandbox,
+                    const AgentEndpoint& agent, int port, const std::string& rest,
+                    ControllerMetrics* metrics) {
+  if (port == kEgressPort) {
+    if (req.method == "GET" && (rest == "/policy" || rest.empty())) {
+      res.status = 200;
+      res.set_content(R"({"status":"ok","mode":"profile","enforcementMode":"moat","policy":null})",
+                      "application/json");
+      return;
+    }
+    return SendError(res, 501,
+                     "moat sets a sandbox's egress from its agent profile; the egress API "
+                     "answers only GET /policy");
+  }
+  if (port != kExecdPort) {
+    return SendError(res, 404,
+                     absl::StrCat("moat proxies port ", kExecdPort, " (execd) and ", kEgressPort,
+                                  " (egress policy) only"));
+  }
+  auto up = std::make_shared<Upstream>();
+  httplib::Request out;
+  out.method = req.method;
+  out.path = absl::StrCat("/v1/sandboxes/", sandbox.agent_id, "/execd", rest);
+  std::string query;
+  for (const auto& [k, v] : req.params) {
+    absl::StrAppend(&query, query.empty() ? "?" : "&", httplib::detail::encode_query_param(k), "=",
+                    httplib::detail::encode_query_param(v));
+  }
+  out.path += query;
+  for (const auto& [k, v] : req.headers) {
+    if (!DropRequestHeader(k)) out.headers.emplace(k, v);
+  }
+  out.headers.emplace("X-EXECD-ACCESS-TOKEN", sandbox.agent_token);
+  if (req.is_multipart_form_data()) {
+    std::string boundary = absl::StrCat("moat-proxy-", sandbox.id);
+    for (auto it = out.headers.begin(); it != out.headers.end();) {
+      it = absl::EqualsIgnoreCase(it->first, "Content-Type") ? out.headers.erase(it) : ++it;
+    }
+    out.headers.emplace("Content-Type", "multipart/form-data; boundary=" + boundary);
+    out.body = MultipartBody(req, boundary);
+  } else {
+    out.body = req.body;
+  }
+  out.response_handler = [up](const httplib::Response& head) {
+    up->head.set_value(head);
+    up->head_set = true;
+    return true;
+  };
+  out.content_receiver = [up](const char* data, size_t n, uint64_t, uint64_t) {
+    return up->pipe.Push(data, n);
+  };
+  std::string url = agent.url;
+  up->thread = std::thread([up, url, out = std::move(out)]() mutable {
+    httplib::Client client(url);
+    client.set_connection_timeout(5, 0);
+    client.set_read_timeout(3600, 0);  // A command may stream for as long as it runs.
+    client.set_tcp_nodelay(true);
+    httplib::Response response;
+    httplib::Error error = httplib::Error::Success;
+    bool ok = client.send(out, response, error);
+    if (!up->head_set) {
+      httplib::Response failed;
+      failed.status = ok ? response.status : 502;
+      if (!ok) failed.reason = httplib::to_string(error);
+      up->head.set_value(failed);
+      up->head_set = true;
+    }
+    up->pipe.Close();
+  });
+  httplib::Response head = up->head.get_future().get();
+  if (head.status == 502 && !head.reason.empty()) {
+    up->thread.join();
+    return SendError(
+        res, 502,
+        absl::StrCat("the sandbox's agent did not answer (", head.reason, "); try again"));
+  }
+  res.status = head.status;
+  std::string content_type = "application/octet-stream";
+  for (const auto& [k, v] : head.headers) {
+    if (absl::EqualsIgnoreCase(k, "Content-Type")) {
+      content_type = v;
+    } else if (!DropResponseHeader(k)) {
+      res.set_header(k, v);
+    }
+  }
+  res.set_chunked_content_provider(
+      content_type,
+      [up, metrics](size_t, httplib::DataSink& sink) {
+        std::string chunk;
+        if (!up->pipe.Pop(&chunk)) {
+          sink.done();
+          return true;
+        }
+        metrics->AddProxiedBytes(chunk.size());
+        return sink.write(chunk.data(), chunk.size());
+      },
+      [up](bool) {
+        // The client went away, or everything was sent: stop the agent side either way.
+        up->pipe.Cancel();
+        if (up->thread.joinable()) up->thread.join();
+      });
+}
+
+}  // namespace moat::controller

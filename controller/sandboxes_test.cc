@@ -1,0 +1,217 @@
+#include "controller/sandboxes.h"
+
+#include "absl/strings/str_cat.h"
+#include "controller/store/memory_store.h"
+#include "controller/testing/fake_agents.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moat::controller {
+namespace {
+
+using ::testing::HasSubstr;
+constexpr uint64_t kGiB = 1ULL << 30;
+
+class SandboxManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int i = 1; i <= 3; ++i) Join(absl::StrCat("n", i), i == 3 ? "arm64" : "amd64");
+  }
+  void Join(const std::string& name, const std::string& arch) {
+    NodeReport r;
+    r.agent_url = "http://" + name;
+    r.agent_token = "0123456789abcdef-" + name;
+    r.arch = arch;
+    r.allocatable = {2, 4 * kGiB, 0};
+    r.profiles = {"default"};
+    ASSERT_TRUE(nodes_.Join(name, r).ok());
+  }
+  Sandbox Spec(std::string id, scheduler::Resources resources = {1, 2 * kGiB, 0}) {
+    Sandbox s;
+    s.id = std::move(id);
+    s.tenant = "acme";
+    s.image = "python:3.11";
+    s.profile = "default";
+    s.entrypoint = {"/bin/sh"};
+    s.resources = resources;
+    s.expires_at = clock_.Now() + absl::Minutes(10);
+    return s;
+  }
+  std::unique_ptr<SandboxManager> Manager() {
+    return std::make_unique<SandboxManager>(
+        &store_, &nodes_, &agents_, &scheduler_, &metrics_, &clock_,
+        SandboxManagerOptions{.retries = 3,
+                              .create_timeout = absl::Milliseconds(50),
+                              .retry_interval = absl::Milliseconds(5)});
+  }
+
+  agent::FakeClock clock_;
+  MemoryStore store_;
+  NodeTable nodes_{&clock_, NodeTableOptions{}};
+  testing::FakeAgents agents_;
+  scheduler::Scheduler scheduler_;
+  ControllerMetrics metrics_;
+};
+
+TEST_F(SandboxManagerTest, CreateRunsAndStoresTheSandboxOnce) {
+  auto m = Manager();
+  auto s = m->Create(Spec("a"));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->state, "Running");
+  EXPECT_FALSE(s->node.empty());
+  EXPECT_EQ(agents_.Running("http://" + s->node), 1);
+  auto stored = store_.Get("sandboxes/a");
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  EXPECT_EQ(DecodeSandbox((*stored)->value)->agent_id, s->agent_id);
+  EXPECT_EQ(*store_.Revision(), 1);  // One durable write for a create.
+  ASSERT_TRUE(m->Delete("acme", "a").ok());
+  EXPECT_EQ(*store_.Revision(), 2);  // And one for its delete.
+  EXPECT_EQ(agents_.Running("http://" + s->node), 0);
+  EXPECT_TRUE(absl::IsNotFound(m->Get("acme", "a").status()));
+}
+
+TEST_F(SandboxManagerTest, OtherTenantsSeeNothing) {
+  auto m = Manager();
+  ASSERT_TRUE(m->Create(Spec("a")).ok());
+  EXPECT_TRUE(absl::IsNotFound(m->Get("other", "a").status()));
+  EXPECT_TRUE(m->List("other").empty());
+  EXPECT_TRUE(absl::IsNotFound(m->Delete("other", "a")));
+  EXPECT_EQ(m->List("acme").size(), 1u);
+}
+
+TEST_F(SandboxManagerTest, AFailingAgentIsRetriedOnAnotherNode) {
+  agents_.SetFailing("http://n1", true);
+  agents_.SetFailing("http://n2", true);
+  // n3 busier, so the scheduler tries the two failing nodes first.
+  ASSERT_TRUE(nodes_.Reserve("n3", "other", {0.5, kGiB, 0}).ok());
+  auto m = Manager();
+  Sandbox spec = Spec("a");
+  auto s = m->Create(spec);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->node, "n3");
+  EXPECT_EQ(agents_.Creates("http://n1") + agents_.Creates("http://n2"), 2);
+  // Every node failing: an error that says so, nothing kept, nothing reserved.
+  agents_.SetFailing("http://n3", true);
+  auto failed = m->Create(Spec("b"));
+  EXPECT_TRUE(absl::IsUnavailable(failed.status())) << failed.status();
+  EXPECT_THAT(std::string(failed.status().message()),
+              HasSubstr("on 2 node(s); the last said: agent http://n"));
+  EXPECT_TRUE(absl::IsNotFound(m->Get("acme", "b").status()));
+  EXPECT_EQ(nodes_.Get("n1")->allocated.cpu, 0);
+}
+
+TEST_F(SandboxManagerTest, UnplaceableSandboxesStayPendingWithAReasonAndArePlacedLater) {
+  auto m = Manager();
+  scheduler::Resources huge{1, 3 * kGiB, 0};
+  ASSERT_TRUE(m->Create(Spec("a", huge)).ok());
+  ASSERT_TRUE(m->Create(Spec("b", huge)).ok());
+  ASSERT_TRUE(m->Create(Spec("c", huge)).ok());
+  auto pending = m->Create(Spec("d", huge));
+  ASSERT_TRUE(pending.ok()) << pending.status();
+  EXPECT_EQ(pending->state, "Pending");
+  EXPECT_EQ(pending->reason, "UNSCHEDULABLE");
+  EXPECT_EQ(pending->message, "0/3 nodes: 3 insufficient memory");
+  EXPECT_TRUE(store_.Get("sandboxes/d")->has_value());  // Acknowledged: stored.
+  m->RetryPending();
+  EXPECT_EQ(m->Get("acme", "d")->state, "Pending");
+  ASSERT_TRUE(m->Delete("acme", "a").ok());
+  m->RetryPending();
+  EXPECT_EQ(m->Get("acme", "d")->state, "Running");
+}
+
+TEST_F(SandboxManagerTest, ALostNodesSandboxesFailWithNodeLost) {
+  auto m = Manager();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 6; ++i) {
+    auto s = m->Create(Spec(absl::StrCat("s", i), {0.5, kGiB / 2, 0}));
+    ASSERT_TRUE(s.ok());
+  }
+  auto before = m->List("acme");
+  std::string node = before[0].node;
+  m->NodeLost(node);
+  int failed = 0;
+  for (const Sandbox& s : m->List("acme")) {
+    if (s.node == node) {
+      EXPECT_EQ(s.state, "Failed");
+      EXPECT_EQ(s.reason, "NODE_LOST");
+      ++failed;
+      EXPECT_EQ(DecodeSandbox((*store_.Get("sandboxes/" + s.id))->value)->reason, "NODE_LOST");
+    } else {
+      EXPECT_EQ(s.state, "Running");
+    }
+  }
+  EXPECT_GE(failed, 1);
+}
+
+TEST_F(SandboxManagerTest, ReconcileDeletesOrphansAndFailsTheMissing) {
+  auto m = Manager();
+  auto s = m->Create(Spec("a"));
+  ASSERT_TRUE(s.ok());
+  std::string url = "http://" + s->node;
+  agents_.AddOrphan(url, "never-acknowledged");
+  ASSERT_TRUE(m->Reconcile(s->node).ok());
+  EXPECT_EQ(agents_.Running(url), 1);  // The orphan is gone, the known one stays.
+  EXPECT_EQ(m->Get("acme", "a")->state, "Running");
+  agents_.Vanish(url);
+  ASSERT_TRUE(m->Reconcile(s->node).ok());
+  EXPECT_EQ(m->Get("acme", "a")->state, "Failed");
+  EXPECT_EQ(m->Get("acme", "a")->reason, "SANDBOX_MISSING");
+}
+
+TEST_F(SandboxManagerTest, ARestartedManagerKnowsWhatWasAcknowledged) {
+  {
+    auto m = Manager();
+    ASSERT_TRUE(m->Create(Spec("a")).ok());
+  }
+  auto m = Manager();
+  ASSERT_TRUE(m->Load().ok());
+  EXPECT_EQ(m->Get("acme", "a")->state, "Running");
+}
+
+TEST_F(SandboxManagerTest, RenewNeedsAnExpiryAndAFutureTime) {
+  auto m = Manager();
+  auto s = m->Create(Spec("a"));
+  ASSERT_TRUE(s.ok());
+  absl::Time later = clock_.Now() + absl::Hours(1);
+  auto renewed = m->Renew("acme", "a", later);
+  ASSERT_TRUE(renewed.ok()) << renewed.status();
+  EXPECT_EQ(agents_.Ttl(s->agent_id), absl::Hours(1) + absl::Minutes(1));
+  EXPECT_TRUE(absl::IsInvalidArgument(m->Renew("acme", "a", clock_.Now()).status()));
+  Sandbox forever = Spec("b");
+  forever.expires_at = absl::InfiniteFuture();
+  ASSERT_TRUE(m->Create(forever).ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(m->Renew("acme", "b", later).status()));
+}
+
+TEST_F(SandboxManagerTest, ExpiredSandboxesAreDeleted) {
+  auto m = Manager();
+  auto s = m->Create(Spec("a"));
+  ASSERT_TRUE(s.ok());
+  clock_.Advance(absl::Minutes(11));
+  m->Tick();
+  EXPECT_TRUE(absl::IsNotFound(m->Get("acme", "a").status()));
+  EXPECT_EQ(agents_.Running("http://" + s->node), 0);
+}
+
+TEST_F(SandboxManagerTest, MetadataMergePatch) {
+  auto m = Manager();
+  Sandbox spec = Spec("a");
+  spec.metadata = {{"k", "v"}, {"gone", "x"}};
+  ASSERT_TRUE(m->Create(spec).ok());
+  auto s = m->PatchMetadata("acme", "a", {{"new", "1"}, {"gone", std::nullopt}});
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->metadata, (std::map<std::string, std::string>{{"k", "v"}, {"new", "1"}}));
+}
+
+TEST_F(SandboxManagerTest, ListIsNewestFirst) {
+  auto m = Manager();
+  ASSERT_TRUE(m->Create(Spec("old", {0.1, 1, 0})).ok());
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(m->Create(Spec("new", {0.1, 1, 0})).ok());
+  auto list = m->List("acme");
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].id, "new");
+}
+
+}  // namespace
+}  // namespace moat::controller

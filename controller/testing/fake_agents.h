@@ -1,0 +1,90 @@
+// An in-process fleet of agents for tests and the scheduling bench: Create/Delete/List/Renew
+// act on per-node maps; failures can be injected per node.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "controller/agent_client.h"
+
+namespace moat::controller::testing {
+
+class FakeAgents final : public AgentClient {
+ public:
+  absl::StatusOr<AgentSandbox> Create(const AgentEndpoint& agent,
+                                      const AgentCreate& request) override {
+    absl::MutexLock lock(&mu_);
+    ++creates_[agent.url];
+    if (failing_.contains(agent.url)) {
+      return absl::UnavailableError(absl::StrCat("agent ", agent.url, " is failing"));
+    }
+    AgentSandbox s{absl::StrCat("sb-", ++next_), absl::StrCat("token-", next_), "running", "warm",
+                   request.metadata};
+    running_[agent.url][s.id] = s;
+    return s;
+  }
+  absl::Status Delete(const AgentEndpoint& agent, const std::string& id) override {
+    absl::MutexLock lock(&mu_);
+    if (running_[agent.url].erase(id) == 0) return absl::NotFoundError("no such sandbox");
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<AgentSandbox>> List(const AgentEndpoint& agent) override {
+    absl::MutexLock lock(&mu_);
+    std::vector<AgentSandbox> out;
+    for (const auto& [id, s] : running_[agent.url]) out.push_back(s);
+    return out;
+  }
+  absl::Status Renew(const AgentEndpoint& agent, const std::string& id,
+                     absl::Duration ttl) override {
+    absl::MutexLock lock(&mu_);
+    if (!running_[agent.url].contains(id)) return absl::NotFoundError("no such sandbox");
+    ttls_[id] = ttl;
+    return absl::OkStatus();
+  }
+
+  void SetFailing(const std::string& url, bool failing) {
+    absl::MutexLock lock(&mu_);
+    if (failing) {
+      failing_.insert(url);
+    } else {
+      failing_.erase(url);
+    }
+  }
+  int Running(const std::string& url) {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(running_[url].size());
+  }
+  int Creates(const std::string& url) {
+    absl::MutexLock lock(&mu_);
+    return creates_[url];
+  }
+  // A sandbox the agent runs that the controller did not ask for (a crash's orphan).
+  void AddOrphan(const std::string& url, const std::string& controller_id) {
+    absl::MutexLock lock(&mu_);
+    AgentSandbox s{absl::StrCat("sb-orphan-", ++next_), "", "running", "", {}};
+    s.metadata[kControllerIdKey] = controller_id;
+    running_[url][s.id] = s;
+  }
+  void Vanish(const std::string& url) {
+    absl::MutexLock lock(&mu_);
+    running_[url].clear();
+  }
+  absl::Duration Ttl(const std::string& id) {
+    absl::MutexLock lock(&mu_);
+    return ttls_[id];
+  }
+
+ private:
+  absl::Mutex mu_;
+  int next_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, std::map<std::string, AgentSandbox>> running_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> creates_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, absl::Duration> ttls_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> failing_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace moat::controller::testing

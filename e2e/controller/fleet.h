@@ -1,0 +1,77 @@
+// A fleet on one machine for the controller's end-to-end tests: the real moat-controller and
+// real moat-agent processes (each with its own state directory and loopback port), configs the
+// test writes, and an HTTP client for the controller's API.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+
+namespace moat::e2e {
+
+// A daemon started from a config file; its stderr goes to a log in its directory.
+class Daemon {
+ public:
+  ~Daemon();  // SIGTERM, wait.
+  pid_t pid() const { return pid_; }
+  int port() const { return port_; }
+  std::string Log() const;
+  void Kill(int signal);  // And reap.
+
+ protected:
+  friend class Fleet;
+  absl::Status Spawn(const std::string& binary, std::vector<std::string> args,
+                     const std::string& log_path);
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string log_path_;
+};
+
+struct AgentOptions {
+  std::string name;
+  int pool_floor = 1;
+  std::map<std::string, std::string> labels;
+};
+
+class Fleet {
+ public:
+  // A directory under /var/tmp with the join token and API keys; removed at the end.
+  static absl::StatusOr<std::unique_ptr<Fleet>> Create();
+  ~Fleet();
+
+  // Starts (or restarts, on the same state directory) the controller; waits for /health.
+  absl::Status StartController();
+  // Starts an agent joined to the controller; waits until the controller lists it Ready.
+  absl::Status StartAgent(const AgentOptions& options);
+
+  Daemon& controller() { return *controller_; }
+  Daemon& agent(const std::string& name) { return *agents_.at(name); }
+  const std::string& api_key() const { return api_key_; }
+
+  // The controller's API with the API key: (status, body parsed or null).
+  std::pair<int, nlohmann::json> Call(const std::string& method, const std::string& path,
+                                      const std::string& body = "");
+  // The agent's node API with its node token.
+  std::pair<int, nlohmann::json> AgentCall(const std::string& name, const std::string& method,
+                                           const std::string& path);
+  // The node's state as the controller lists it ("" if not listed).
+  std::string NodeState(const std::string& name);
+  // Polls `check` until it is true or `timeout` passes.
+  static bool WaitFor(const std::function<bool()>& check, absl::Duration timeout);
+
+ private:
+  std::string dir_, api_key_, join_token_file_, keys_file_;
+  std::unique_ptr<Daemon> controller_;
+  int controller_port_ = 0;
+  std::map<std::string, std::unique_ptr<Daemon>> agents_;
+  std::map<std::string, std::string> agent_tokens_;
+};
+
+}  // namespace moat::e2e

@@ -1,0 +1,174 @@
+// The agent's controller link against a small controller stand-in on 127.0.0.1 (the real pair
+// runs in e2e/controller): it proves itself, checks the controller's proof before sending its
+// node token, heartbeats, and joins again when a heartbeat is refused.
+#include "node-agent/controller_link.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "node-agent/join_auth.h"
+
+namespace moat::agent {
+namespace {
+
+using nlohmann::json;
+constexpr char kJoinToken[] = "join-token-0123456789abcdef";
+
+class FakeController {
+ public:
+  // An impostor (check_agent_proof false) takes any join and answers with its own token's proof.
+  explicit FakeController(std::string token, bool check_agent_proof = true)
+      : token_(std::move(token)) {
+    server_.Post("/internal/v1/nodes/join", [this, check_agent_proof](const httplib::Request& req,
+                                                                      httplib::Response& res) {
+      json body = json::parse(req.body);
+      absl::MutexLock lock(&mu_);
+      ++joins_;
+      join_bodies_.push_back(body);
+      std::string name = body["name"], nonce = body["nonce"];
+      if (check_agent_proof &&
+          body["proof"] != JoinAgentProof(token_, name, nonce, body["timestamp"].get<int64_t>())) {
+        res.status = 401;
+        return;
+      }
+      res.set_content(json{{"session_token", absl::StrCat("session-", joins_)},
+                           {"proof", JoinControllerProof(token_, name, nonce)}}
+                          .dump(),
+                      "application/json");
+    });
+    server_.Post(R"(/internal/v1/nodes/([^/]+)/heartbeat)",
+                 [this](const httplib::Request& req, httplib::Response& res) {
+                   absl::MutexLock lock(&mu_);
+                   heartbeats_.push_back(json::parse(req.body));
+                   sessions_.push_back(req.get_header_value("Authorization"));
+                   if (refuse_next_) {
+                     refuse_next_ = false;
+                     res.status = 401;
+                     return;
+                   }
+                   res.set_content("{}", "application/json");
+                 });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    while (!server_.is_running()) absl::SleepFor(absl::Milliseconds(1));
+  }
+  ~FakeController() {
+    server_.stop();
+    thread_.join();
+  }
+  std::string url() const { return absl::StrCat("http://127.0.0.1:", port_); }
+  void RefuseNextHeartbeat() {
+    absl::MutexLock lock(&mu_);
+    refuse_next_ = true;
+  }
+  int joins() {
+    absl::MutexLock lock(&mu_);
+    return joins_;
+  }
+  std::vector<json> heartbeats() {
+    absl::MutexLock lock(&mu_);
+    return heartbeats_;
+  }
+  std::vector<json> join_bodies() {
+    absl::MutexLock lock(&mu_);
+    return join_bodies_;
+  }
+  std::vector<std::string> sessions() {
+    absl::MutexLock lock(&mu_);
+    return sessions_;
+  }
+
+ private:
+  std::string token_;
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+  absl::Mutex mu_;
+  int joins_ ABSL_GUARDED_BY(mu_) = 0;
+  bool refuse_next_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<json> heartbeats_ ABSL_GUARDED_BY(mu_);
+  std::vector<json> join_bodies_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> sessions_ ABSL_GUARDED_BY(mu_);
+};
+
+NodeFacts Facts() {
+  NodeFacts f;
+  f.agent_url = "http://127.0.0.1:7070";
+  f.agent_token = "node-token-0123456789abcdef";
+  f.cpu = 2;
+  f.memory = 4ULL << 30;
+  f.profiles = {"default"};
+  f.warm = {{"default", 2}};
+  f.labels = {{"zone", "a"}};
+  f.taints = {{"dedicated", "ci"}};
+  return f;
+}
+
+bool WaitFor(const std::function<bool()>& check) {
+  for (int i = 0; i < 500; ++i) {
+    if (check()) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return check();
+}
+
+TEST(ControllerLinkTest, JoinsThenHeartbeatsWithTheReport) {
+  FakeController controller(kJoinToken);
+  ControllerLink link({controller.url(), kJoinToken, "n1", absl::Milliseconds(50)},
+                      [] { return NodeReportJson(Facts()); });
+  link.Start();
+  ASSERT_TRUE(WaitFor([&] { return controller.heartbeats().size() >= 3; }));
+  EXPECT_TRUE(link.Healthy());
+  link.Stop();
+  // The join never carries the node token; heartbeats do, with everything the node reports.
+  ASSERT_EQ(controller.join_bodies().size(), 1u);
+  EXPECT_FALSE(controller.join_bodies()[0]["report"].contains("agent_token"));
+  json report = controller.heartbeats()[0]["report"];
+  EXPECT_EQ(report["agent_token"], "node-token-0123456789abcdef");
+  EXPECT_FALSE(report["arch"].get<std::string>().empty());
+  EXPECT_FALSE(report["kernel"].get<std::string>().empty());
+  EXPECT_THAT(report["cgroup"].get<std::string>(), ::testing::AnyOf("v1", "v2", "hybrid"));
+  EXPECT_EQ(report["warm"]["default"], 2);
+  EXPECT_EQ(report["labels"]["zone"], "a");
+  EXPECT_EQ(report["taints"][0]["key"], "dedicated");
+  EXPECT_EQ(controller.sessions()[0], "Bearer session-1");
+}
+
+TEST(ControllerLinkTest, AControllerWithoutTheTokenGetsNoSecret) {
+  // It answers the join, but cannot compute the proof: the agent must not heartbeat to it.
+  FakeController impostor("another-token-0123456789", /*check_agent_proof=*/false);
+  ControllerLink link({impostor.url(), kJoinToken, "n1", absl::Milliseconds(50)},
+                      [] { return NodeReportJson(Facts()); });
+  auto joined = link.Join();
+  EXPECT_FALSE(joined.ok());
+  EXPECT_TRUE(absl::IsUnauthenticated(joined.status())) << joined.status();
+  EXPECT_THAT(std::string(joined.status().message()), ::testing::HasSubstr("proof is wrong"));
+  link.Start();
+  absl::SleepFor(absl::Milliseconds(300));
+  link.Stop();
+  EXPECT_FALSE(link.Healthy());
+  EXPECT_TRUE(impostor.heartbeats().empty());
+}
+
+TEST(ControllerLinkTest, JoinsAgainWhenAHeartbeatIsRefused) {
+  FakeController controller(kJoinToken);
+  ControllerLink link({controller.url(), kJoinToken, "n1", absl::Milliseconds(50)},
+                      [] { return NodeReportJson(Facts()); });
+  link.Start();
+  ASSERT_TRUE(WaitFor([&] { return controller.heartbeats().size() >= 2; }));
+  controller.RefuseNextHeartbeat();
+  ASSERT_TRUE(WaitFor([&] { return controller.joins() >= 2; }));
+  ASSERT_TRUE(WaitFor([&] { return link.Healthy(); }));
+  link.Stop();
+  EXPECT_EQ(controller.sessions().back(), "Bearer session-2");
+}
+
+}  // namespace
+}  // namespace moat::agent
