@@ -82,45 +82,39 @@ function policyArgs(config: MoatConfig, cwd: string): string[] {
 	return args;
 }
 
-/** One line on what the sandbox protects, from `moat policy show --json` where it says. */
-export function describeProtection(policyJson: string | undefined): string {
-	const lines: string[] = [];
+/**
+ * What the sandbox protects, for session_start: from `moat policy show --json` (its "policy"
+ * object: the merged values) where it says, else what moat always does (docs/policy.md).
+ */
+export function describeProtection(policyJson: string | undefined, cwd: string): string {
 	let writable = "the project (Pi's working directory)";
+	let readOnly = PROTECTED_IN_PROJECT;
 	let network = "none";
+	let limits = "";
 	if (policyJson) {
 		try {
-			const found = findKeys(JSON.parse(policyJson));
-			if (found.allowWrite) writable = found.allowWrite.length ? found.allowWrite.join(", ") : "nothing";
-			if (found.allowedDomains) network = found.allowedDomains.length ? found.allowedDomains.join(", ") : "none";
+			const policy = JSON.parse(policyJson).policy ?? {};
+			const fs = policy.filesystem ?? {};
+			const show = (p: string) => (p === cwd ? "." : p.startsWith(`${cwd}/`) ? p.slice(cwd.length + 1) : p);
+			if (Array.isArray(fs.allowWrite)) writable = fs.allowWrite.length ? fs.allowWrite.map(show).join(", ") : "nothing";
+			if (Array.isArray(fs.denyWrite) && fs.denyWrite.length) readOnly = fs.denyWrite.map(show).join(", ");
+			const domains = policy.network?.allowedDomains;
+			if (Array.isArray(domains)) network = domains.length ? `only ${domains.join(", ")}, through moat's proxy` : "none";
+			const l = policy.limits ?? {};
+			if (l.wallTimeout !== undefined) limits = `  limits: ${l.wallTimeout}s wall clock, ${l.cpuTimeout}s CPU, ${Math.round((l.memory ?? 0) / 1048576)} MiB per command`;
 		} catch {
 			// not JSON: the static description stands
 		}
 	}
-	lines.push(`moat: every tool and ! command runs in a kernel-enforced sandbox.`);
-	lines.push(`  writable: ${writable} (read-only inside it: ${PROTECTED_IN_PROJECT})`);
-	lines.push(`  hidden: ${HIDDEN}`);
-	lines.push(`  network: ${network}; Pi's environment (API keys) is not passed in`);
-	lines.push(`  /moat shows the whole merged policy`);
+	const lines = [
+		"moat: every tool and ! command runs in a kernel-enforced sandbox.",
+		`  writable: ${writable}; read-only and never created: ${readOnly}`,
+		`  hidden: ${HIDDEN}`,
+		`  network: ${network}; Pi's environment (API keys) is not passed in`,
+	];
+	if (limits) lines.push(limits);
+	lines.push("  /moat shows the whole merged policy and where each value came from");
 	return lines.join("\n");
-}
-
-// allowWrite and allowedDomains wherever `moat policy show --json` puts them (a value, or an
-// object with the value and the layer it came from).
-function findKeys(node: unknown, out: { allowWrite?: string[]; allowedDomains?: string[] } = {}) {
-	if (!node || typeof node !== "object") return out;
-	for (const [key, value] of Object.entries(node as Record<string, unknown>)) {
-		const list = Array.isArray(value)
-			? value
-			: value && typeof value === "object" && Array.isArray((value as any).value)
-				? (value as any).value
-				: undefined;
-		const strings = list?.map((v: any) => (typeof v === "string" ? v : (v?.value ?? v?.path ?? String(v))));
-		if ((key === "allowWrite" || key === "allow_write") && strings && !out.allowWrite) out.allowWrite = strings;
-		else if ((key === "allowedDomains" || key === "allowed_domains") && strings && !out.allowedDomains)
-			out.allowedDomains = strings;
-		else findKeys(value, out);
-	}
-	return out;
 }
 
 export function registerMoat(pi: any, sdk: PiSdk, options: MoatExtensionOptions = {}) {
@@ -233,7 +227,7 @@ export function registerMoat(pi: any, sdk: PiSdk, options: MoatExtensionOptions 
 		} catch {
 			// an older moat without `policy show`: the static description stands
 		}
-		say(ctx, describeProtection(policyJson), "info");
+		say(ctx, describeProtection(policyJson, cwd), "info");
 		ctx?.ui?.setStatus?.("moat", "moat: sandboxed");
 	});
 

@@ -11,6 +11,8 @@ export type Step = { tools: Array<{ name: string; args: Record<string, unknown> 
 export interface FakeModel {
 	url: string; // http://127.0.0.1:PORT/v1
 	requests: any[];
+	/** GET /canary hits: a sandboxed command must never reach this server. */
+	canaryHits: () => number;
 	close: () => Promise<void>;
 }
 
@@ -21,7 +23,13 @@ function chunk(delta: object, finish: string | null = null): string {
 
 export function startFakeModel(script: Step[]): Promise<FakeModel> {
 	const requests: any[] = [];
+	let canary = 0;
 	const server: Server = createServer((req, res) => {
+		if (req.method === "GET" && req.url === "/canary") {
+			canary++;
+			res.writeHead(200).end("canary reached\n");
+			return;
+		}
 		let body = "";
 		req.on("data", (c) => (body += c));
 		req.on("end", () => {
@@ -55,7 +63,12 @@ export function startFakeModel(script: Step[]): Promise<FakeModel> {
 			resolve({
 				url: `http://127.0.0.1:${port}/v1`,
 				requests,
-				close: () => new Promise((r) => server.close(() => r())),
+				canaryHits: () => canary,
+				close: () =>
+					new Promise((r) => {
+						server.closeAllConnections();
+						server.close(() => r());
+					}),
 			});
 		});
 	});

@@ -205,8 +205,9 @@ test("session_start checks moat once and says what is protected", { skip }, asyn
 	await h.handlers.get("session_start")({ reason: "startup" }, h.ctx);
 	const [[level, text]] = h.notices;
 	assert.equal(level, "info");
-	assert.match(text, /writable: \/stub\/project/); // from `moat policy show --json`
-	assert.match(text, /\.git\/hooks/);
+	// from `moat policy show --json`
+	assert.match(text, /writable: \/stub\/project; read-only and never created: \/stub\/project\/\.git\/hooks/);
+	assert.match(text, /limits: 60s wall clock, 30s CPU, 512 MiB/);
 	assert.match(text, /network: none/);
 	const calls = moatCalls(h);
 	assert.match(calls[0], /\[run\] \[--cwd\] .* \[--\] \[true\]/);
