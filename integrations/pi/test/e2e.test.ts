@@ -12,6 +12,7 @@ import { join, relative, resolve } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { modelsJson, startFakeModel, toolResults, type FakeModel, type Step } from "./fake_model.ts";
+import { MoatNotRunError, runMoat } from "../src/moat.ts";
 
 // E2E_PACKAGE: an unpacked `npm pack` tarball (scripts/pack.sh) to install instead of the source
 // directory; Pi then gets no MOAT_BIN, so the moat inside the package is the one that runs.
@@ -192,5 +193,57 @@ describe("Pi with moat (real pi, real moat, fake model)", { skip, timeout: 300_0
 		assert.ok(seen.includes(AUTH_SECRET), "read auth.json");
 		assert.ok(seen.includes(ENV_SECRET), "saw Pi's environment");
 		assert.ok(without.model.canaryHits() > 0, "reached the host's loopback");
+	});
+});
+
+// The runner's contract with the real moat: Pi's timeout and abort.
+describe("runMoat with the real moat", { skip: !MOAT_BIN || !E2E_ROOT ? "MOAT_BIN and E2E_ROOT must be set" : process.getuid?.() !== 0 ? "moat needs root here" : false, timeout: 60_000 }, () => {
+	const config = () => ({ binary: MOAT_BIN as string, userPolicies: [], killGraceMs: 3000 });
+	const running = (marker: string) =>
+		readdirSync("/proc")
+			.filter((p) => /^\d+$/.test(p))
+			.some((p) => {
+				try {
+					return readFileSync(`/proc/${p}/cmdline`, "utf8").includes(marker);
+				} catch {
+					return false;
+				}
+			});
+
+	test("Pi's timeout is moat's wall-clock limit: exit 124, reported as a timeout", async () => {
+		const r = await runMoat(config(), { cwd: "/", argv: ["sleep", "30"], timeoutSeconds: 1 });
+		assert.equal(r.exitCode, 124);
+		assert.equal(r.timedOut, true);
+	});
+
+	test("abort leaves nothing running: the sandbox's processes are gone", async () => {
+		const marker = `${process.pid}${Date.now() % 100000}`; // sleep 300.<digits>: a sleep no one else runs
+		const controller = new AbortController();
+		let started = false;
+		const run = runMoat(config(), {
+			cwd: "/",
+			argv: ["sh", "-c", `echo up; sleep 300.${marker} & sleep 301.${marker}`],
+			signal: controller.signal,
+			onStdout: () => (started = true),
+		});
+		const end = Date.now() + 10_000;
+		while (!started || !running(`sleep\u0000300.${marker}`)) {
+			assert.ok(Date.now() < end, "the command started");
+			await new Promise((r) => setTimeout(r, 50));
+		}
+		controller.abort();
+		await assert.rejects(run, /aborted/);
+		while (running(`.${marker}`)) {
+			assert.ok(Date.now() < end + 10_000, "nothing of the sandbox is left");
+			await new Promise((r) => setTimeout(r, 50));
+		}
+	});
+
+	test("a sandbox that cannot be set up is a did-not-run error naming the cause", async () => {
+		await assert.rejects(runMoat(config(), { cwd: "/nonexistent/project", argv: ["true"] }), (err: unknown) => {
+			assert.ok(err instanceof MoatNotRunError);
+			assert.match(err.message, /did not run.*\/nonexistent\/project/);
+			return true;
+		});
 	});
 });
