@@ -4,7 +4,8 @@
 #   1. the runner against the stub moat, and the pure helpers (test/moat.test.ts, ops.test.ts)
 #   2. the extension inside Pi 0.73's and Pi 1.6's real SDK   (test/tools.test.ts, stub moat)
 #   3. the real pi CLI with the real moat and a fake model    (test/e2e.test.ts): Pi 0.73 from
-#      the source directory, Pi 1.6 from the packed tarball (scripts/pack.sh) and its own moat
+#      the source directory, Pi 1.6 from the packed tarball (scripts/pack.sh) and its own moat,
+#      and (1.6) the user's ! commands and /moat through Pi's RPC mode
 # Exit 77 (ctest: skipped) only when npm's registry cannot be reached; anything else that goes
 # wrong fails.
 # usage: integrations/pi/test.sh BUILD_DIR MOAT_BIN
@@ -65,8 +66,8 @@ mkdir -p "$lane/packed" && tar xzf "$build"/pi-pack/moat-pi-*.tgz -C "$lane/pack
 
 echo "== e2e: pi 0.73.1, real moat, installed from the source directory"
 PI_CLI=$sdk073/dist/cli.js PI_NODE=$node MOAT_BIN=$moat E2E_ROOT=$lane/e2e "$node" --test test/e2e.test.ts
-echo "== e2e: pi 1.6.0, installed from the packed tarball, with the moat inside it"
-PI_CLI=$sdk16/dist/bundle/cli.js PI_NODE=$node MOAT_BIN=$moat E2E_ROOT=$lane/e2e E2E_PACKAGE=$lane/packed/package \
+echo "== e2e: pi 1.6.0, installed from the packed tarball, with the moat inside it; RPC mode's ! and /moat"
+PI_CLI=$sdk16/dist/bundle/cli.js PI_NODE=$node MOAT_BIN=$moat E2E_ROOT=$lane/e2e E2E_PACKAGE=$lane/packed/package E2E_RPC=1 \
   "$node" --test test/e2e.test.ts
 
 end=$(date +%s)

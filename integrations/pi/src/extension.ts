@@ -95,7 +95,7 @@ export function describeProtection(policyJson: string | undefined, cwd: string):
 		try {
 			const policy = JSON.parse(policyJson).policy ?? {};
 			const fs = policy.filesystem ?? {};
-			const show = (p: string) => (p === cwd ? "." : p.startsWith(`${cwd}/`) ? p.slice(cwd.length + 1) : p);
+			const show = (p: string) => (p === cwd ? `. (${cwd})` : p.startsWith(`${cwd}/`) ? p.slice(cwd.length + 1) : p);
 			if (Array.isArray(fs.allowWrite)) writable = fs.allowWrite.length ? fs.allowWrite.map(show).join(", ") : "nothing";
 			if (Array.isArray(fs.denyWrite) && fs.denyWrite.length) readOnly = fs.denyWrite.map(show).join(", ");
 			const domains = policy.network?.allowedDomains;

@@ -247,3 +247,68 @@ describe("runMoat with the real moat", { skip: !MOAT_BIN || !E2E_ROOT ? "MOAT_BI
 		});
 	});
 });
+
+// The user's side, through Pi's RPC mode (Pi 1.x sends its `bash` command through user_bash):
+// the start-up notice, a `!` command, and /moat.
+describe("Pi's RPC mode: the start-up notice, ! commands and /moat", { skip: skip || (process.env.E2E_RPC ? false : "E2E_RPC is not set (Pi 0.73 has no user_bash in RPC mode)"), timeout: 120_000 }, () => {
+	test("the user's command runs in the sandbox, and /moat shows the merged policy", async () => {
+		const base = mkdtempSync(join(E2E_ROOT as string, "rpc-"));
+		chmodSync(base, 0o755);
+		const home = join(base, "home");
+		const project = join(home, "work", "project");
+		mkdirSync(join(home, ".pi", "agent"), { recursive: true });
+		mkdirSync(project, { recursive: true });
+		writeFileSync(join(home, ".pi", "agent", "auth.json"), JSON.stringify({ openai: { key: AUTH_SECRET } }));
+		const model = await startFakeModel([]);
+		servers.push(model);
+		writeFileSync(join(home, ".pi", "agent", "models.json"), JSON.stringify(modelsJson(model.url)));
+		assert.equal((await runPi(["install", PACKAGE_DIR], home, home)).code, 0);
+
+		const child = spawn(PI_NODE as string, [PI_CLI as string, "--mode", "rpc", "--provider", "fake", "--model", "fake-model", "--no-session"], {
+			cwd: project,
+			env: { PATH: process.env.PATH, HOME: home, PI_OFFLINE: "1", ...(PACKED ? {} : { MOAT_BIN }), E2E_API_KEY: ENV_SECRET },
+			stdio: ["pipe", "pipe", "pipe"],
+		});
+		const lines: any[] = [];
+		let buffered = "";
+		child.stdout.on("data", (c) => {
+			buffered += c;
+			let nl: number;
+			while ((nl = buffered.indexOf("\n")) >= 0) {
+				const line = buffered.slice(0, nl);
+				buffered = buffered.slice(nl + 1);
+				if (line.startsWith("{")) lines.push(JSON.parse(line));
+			}
+		});
+		const waitFor = async (pred: (l: any) => boolean, what: string) => {
+			const end = Date.now() + 60_000;
+			for (;;) {
+				const hit = lines.find(pred);
+				if (hit) return hit;
+				assert.ok(Date.now() < end && child.exitCode === null, `waiting for ${what}; got ${JSON.stringify(lines).slice(0, 2000)}`);
+				await new Promise((r) => setTimeout(r, 50));
+			}
+		};
+		try {
+			const notices = (l: any) => l.type === "extension_ui_request" && l.method === "notify";
+			const hello = await waitFor((l) => notices(l) && /kernel-enforced sandbox/.test(l.message), "the start-up notice");
+			assert.match(hello.message, /read-only and never created: .*\.git\/hooks/);
+
+			const command = `echo "home=$HOME"; env; cat ${join(home, ".pi/agent/auth.json")}; echo made > made.txt; touch .envrc`;
+			child.stdin.write(`${JSON.stringify({ id: "b1", type: "bash", command })}\n`);
+			const bash = await waitFor((l) => l.type === "response" && l.id === "b1", "the ! command's result");
+			const output: string = bash.data?.output ?? JSON.stringify(bash);
+			assert.match(output, /home=\/tmp/, "the command ran inside moat (HOME=/tmp there)");
+			assert.ok(!output.includes(ENV_SECRET) && !output.includes(AUTH_SECRET), output);
+			assert.equal(readFileSync(join(project, "made.txt"), "utf8"), "made\n");
+			assert.ok(!existsSync(join(project, ".envrc")), "a protected path was not created");
+
+			child.stdin.write(`${JSON.stringify({ id: "m1", type: "prompt", message: "/moat" })}\n`);
+			const shown = await waitFor((l) => notices(l) && /filesystem\.allowWrite/.test(l.message), "/moat's output");
+			assert.ok(shown.message.includes(project), shown.message);
+			assert.match(shown.message, /pi-default\.json/, "which layer each value came from");
+		} finally {
+			child.kill("SIGKILL");
+		}
+	});
+});
