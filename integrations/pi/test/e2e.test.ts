@@ -26,6 +26,20 @@ const skip =
 			? "moat's sandboxes need root on this machine"
 			: false;
 
+// The DEFAULT_CONFIG of Pi's examples/extensions/sandbox (0.73).
+const PI_EXAMPLE_CONFIG = {
+	enabled: true,
+	network: {
+		allowedDomains: ["npmjs.org", "*.npmjs.org", "registry.npmjs.org", "registry.yarnpkg.com", "pypi.org", "*.pypi.org", "github.com", "*.github.com", "api.github.com", "raw.githubusercontent.com"],
+		deniedDomains: [],
+	},
+	filesystem: {
+		denyRead: ["~/.ssh", "~/.aws", "~/.gnupg"],
+		allowWrite: [".", "/tmp"],
+		denyWrite: [".env", ".env.*", "*.pem", "*.key"],
+	},
+};
+
 const AUTH_SECRET = "sk-auth-json-secret-1c6f";
 const ENV_SECRET = "sk-pi-env-secret-77ab";
 
@@ -52,6 +66,7 @@ function script(home: string, port: string): Step[] {
 		one("grep", { pattern: "sk-auth", path: join(home, ".pi") }),
 		one("find", { pattern: "auth.json", path: home }),
 		one("bash", { command: `curl -sS -m 5 http://127.0.0.1:${port}/canary` }),
+		one("bash", { command: "echo 'PRIVATE KEY' > server.pem" }), // Pi's default denyWrite: *.pem
 		// legitimate work
 		one("write", { path: "src/hello.py", content: "print('hello from the sandbox')\n" }),
 		one("edit", { path: "src/hello.py", edits: [{ oldText: "hello", newText: "hi" }] }),
@@ -104,6 +119,10 @@ async function session(withExtension: boolean): Promise<Run> {
 	steps.push(...script(home, new URL(live.url).port));
 	writeFileSync(join(home, ".pi", "agent", "models.json"), JSON.stringify(modelsJson(live.url)));
 	if (withExtension) {
+		// Pi's global sandbox configuration: the defaults of Pi's own sandbox example (domains,
+		// globs and all), which moat takes as a trusted layer.
+		mkdirSync(join(home, ".pi", "agent", "extensions"));
+		writeFileSync(join(home, ".pi", "agent", "extensions", "sandbox.json"), JSON.stringify(PI_EXAMPLE_CONFIG));
 		const install = await runPi(["install", PACKAGE_DIR], home, home);
 		assert.equal(install.code, 0, `pi install failed: ${install.stderr}`);
 		// Pi records the package relative to its settings file.
@@ -154,7 +173,7 @@ describe("Pi with moat (real pi, real moat, fake model)", { skip, timeout: 300_0
 
 	test("the session ran every scripted step and said what moat protects", () => {
 		assert.equal(withExt.exitCode, 0, withExt.stderr);
-		assert.equal(withExt.results.size, 13, `tool results: ${[...withExt.results.keys()]}`);
+		assert.equal(withExt.results.size, 14, `tool results: ${[...withExt.results.keys()]}`);
 		// Blocked by the sandbox, not by a sandbox that failed to start (that would hide a gap).
 		const notRun = [...withExt.results].filter(([, text]) => text.includes("the command did not run"));
 		assert.deepEqual(notRun, [], "moat could not set the sandbox up for these calls");
@@ -175,17 +194,22 @@ describe("Pi with moat (real pi, real moat, fake model)", { skip, timeout: 300_0
 		assert.match(result(withExt, 3), /No such file|not found|cannot/i);
 	});
 
+	test("Pi's global sandbox.json counts: its denyWrite glob keeps server.pem from being made", () => {
+		assert.ok(!existsSync(join(withExt.project, "server.pem")), result(withExt, 8));
+		assert.ok(existsSync(join(without.project, "server.pem")), "without the extension it is made");
+	});
+
 	test("no network: the model server on the host's loopback is out of reach", () => {
 		assert.equal(withExt.model.canaryHits(), 0);
 		assert.doesNotMatch(result(withExt, 7), /canary reached/);
 	});
 
 	test("legitimate work lands, and nothing else is left in the project", () => {
-		const said = [8, 9, 10].map((i) => `step ${i}: ${result(withExt, i)}`).join("\n");
+		const said = [9, 10, 11].map((i) => `step ${i}: ${result(withExt, i)}`).join("\n");
 		assert.equal(readFileSync(join(withExt.project, "src", "hello.py"), "utf8"), "print('hi from the sandbox')\n", said);
 		assert.equal(readFileSync(join(withExt.project, "out.txt"), "utf8"), "hi from the sandbox\n", said);
-		assert.match(result(withExt, 11), /hi from the sandbox/);
-		assert.match(result(withExt, 12), /out\.txt[\s\S]*src\//);
+		assert.match(result(withExt, 12), /hi from the sandbox/);
+		assert.match(result(withExt, 13), /out\.txt[\s\S]*src\//);
 		assert.deepEqual(tree(withExt.project), [".git/", "out.txt", "src/", "src/hello.py"]);
 	});
 
