@@ -337,6 +337,8 @@ describe("Pi's RPC mode: the start-up notice, ! commands and /moat", { skip: ski
 			assert.match(shown.message, /pi-default\.json/, "which layer each value came from");
 		} finally {
 			child.kill("SIGKILL");
+			await model.close(); // a server left listening would keep this test file from ending
+			rmSync(base, { recursive: true, force: true });
 		}
 	});
 });
