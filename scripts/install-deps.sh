@@ -12,7 +12,8 @@ pkgs=(build-essential cmake ninja-build pkg-config
       clang)  # scripts/clang-check.sh: the thread-safety analysis GCC does not do
 if [ "${1:-}" = "--with-peers" ]; then pkgs+=(bubblewrap crun); fi
 # Deploy checks (scripts/deploy-check.sh): promtool and a real Prometheus, unzip for helm's npm
-# package, PyYAML for the mixin's lint; node and npm from Debian unless some node is installed.
+# package, PyYAML for the mixin's lint; node and npm from Debian unless some node is installed
+# (npm also serves the Pi lane, integrations/pi/test.sh, which brings its own Node 22 and Pis).
 pkgs+=(prometheus unzip python3-yaml)
 command -v npm >/dev/null || pkgs+=(nodejs npm)
 
