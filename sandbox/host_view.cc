@@ -188,9 +188,11 @@ absl::StatusOr<MountOptions> MountOptionsFor(const Policy& policy, const HostCon
     // In a tree of the sandbox's own (/tmp, ...) nothing of the host shows but what a writable
     // path or the working directory binds there: only paths inside those need covering (and
     // covering others, say a HOME under /tmp, would cover the mount points made for them).
-    if (InPrivateTree(path) && std::none_of(shown.begin(), shown.end(), [&](const std::string& s) {
-          return IsPathUnder(path, s);
-        })) {
+    // (--workspace binds a host directory at /workspace: what is there is shown too.)
+    const bool in_workspace = workspace_dir && IsPathUnder(path, "/workspace");
+    if (InPrivateTree(path) && !in_workspace &&
+        std::none_of(shown.begin(), shown.end(),
+                     [&](const std::string& s) { return IsPathUnder(path, s); })) {
       continue;
     }
     if (std::none_of(options.hidden_paths.begin(), options.hidden_paths.end(),

@@ -199,6 +199,15 @@ TEST_F(HostViewTest, InTheSandboxsOwnTmpOnlyWhatIsShownNeedsCovering) {
   EXPECT_THAT(m->hidden_paths, Not(Contains("/tmp/elsewhere")));
   EXPECT_THAT(m->hidden_paths, Contains(tmp_home + "/proj/secret"));
   EXPECT_THAT(m->home_skeletons, ::testing::IsEmpty());
+
+  // A host socket in a --workspace directory is reachable at /workspace/...: still covered.
+  const std::string ws = Make("ws");
+  const std::string unix_file = Make("unix", false);
+  std::ofstream(unix_file) << "header\n0: 2 0 10000 1 1 20 " << ws << "/agent.sock\n";
+  host.proc_net_unix = unix_file;
+  m = MountOptionsFor(Policy{}, host, ws);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_THAT(m->hidden_paths, Contains("/workspace/agent.sock"));
 }
 
 }  // namespace
