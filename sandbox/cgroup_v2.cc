@@ -1,8 +1,10 @@
 #include "sandbox/cgroup_v2.h"
 
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -66,7 +68,20 @@ absl::StatusOr<std::unique_ptr<CgroupV2>> CgroupV2::Create(const std::string& mo
                                                            const std::set<std::string>& controllers,
                                                            const std::string& name,
                                                            const CgroupLimits& limits) {
-  RETURN_IF_ERROR(EnableSubtreeControllers(mount, controllers));
+  absl::Status enabled = EnableSubtreeControllers(mount, controllers);
+  if (enabled.code() == absl::StatusCode::kFailedPrecondition) {
+    // A delegated unit's cgroup holds moat itself (the agent, or `moat run` in a scope): cgroup
+    // v2 lets it hand controllers down only once its processes live in a child. Move this
+    // process there; any other process in the unit keeps the error.
+    ASSIGN_OR_RETURN(std::vector<pid_t> pids, cgroupfs::ListProcesses(mount));
+    if (std::find(pids.begin(), pids.end(), ::getpid()) != pids.end()) {
+      const std::string aside = absl::StrCat(mount, "/", kSupervisorDir);
+      RETURN_IF_ERROR(cgroupfs::MakeDir(aside).status());
+      RETURN_IF_ERROR(WriteFile(absl::StrCat(aside, "/cgroup.procs"), absl::StrCat(::getpid())));
+      enabled = EnableSubtreeControllers(mount, controllers);
+    }
+  }
+  RETURN_IF_ERROR(enabled);
   const std::string parent = absl::StrCat(mount, "/", cgroupfs::kMoatDir);
   RETURN_IF_ERROR(cgroupfs::MakeDir(parent).status());
   RETURN_IF_ERROR(EnableSubtreeControllers(parent, controllers));
