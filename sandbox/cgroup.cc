@@ -2,10 +2,13 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 
 #include "absl/strings/ascii.h"
@@ -13,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "sandbox/cgroup_fs.h"
 #include "sandbox/cgroup_spares.h"
 #include "sandbox/cgroup_v1.h"
@@ -124,6 +128,23 @@ bool IsV1Controller(absl::string_view option) {
 bool Preferred(const std::string& candidate, const std::string& current) {
   return current.empty() ||
          (IsUnderOrAt(candidate, "/sys/fs/cgroup") && !IsUnderOrAt(current, "/sys/fs/cgroup"));
+}
+
+// The directory that gets moat/ in the cgroup2 hierarchy (layouts built by hand may leave
+// v2_parent empty: the mount itself).
+const std::string& V2Parent(const CgroupLayout& layout) {
+  return layout.v2_parent.empty() ? layout.v2_mount : layout.v2_parent;
+}
+
+// Whether systemd marked the cgroup directory as delegated (systemd 251+ sets the xattr on the
+// cgroup of a unit with Delegate=yes: trusted.* for the system manager, user.* for a user's).
+bool MarkedDelegated(const std::string& dir) {
+  for (const char* name : {"trusted.delegate", "user.delegate"}) {
+    char value[8] = {};
+    ssize_t n = ::getxattr(dir.c_str(), name, value, sizeof(value) - 1);
+    if (n > 0 && value[0] == '1') return true;
+  }
+  return false;
 }
 
 // ---- planning -----------------------------------------------------------------------------------
@@ -245,6 +266,7 @@ std::string CgroupLayout::Describe() const {
   std::vector<std::string> v1;
   for (const auto& [controller, mount] : v1_mounts) v1.push_back(controller);
   std::string v2 = v2_mount;
+  if (!v2_parent.empty() && v2_parent != v2_mount) absl::StrAppend(&v2, ", moat in ", v2_parent);
   if (!v2_controllers.empty()) absl::StrAppend(&v2, " with ", absl::StrJoin(v2_controllers, ","));
   switch (kind) {
     case Kind::kV1:
@@ -283,12 +305,53 @@ absl::StatusOr<CgroupLayout> ParseCgroupMountinfo(absl::string_view mountinfo) {
         "no cgroup filesystem is mounted: mount cgroup2 (`mount -t cgroup2 none /sys/fs/cgroup`) "
         "or, in a container, give it the host's cgroup mount");
   }
+  layout.v2_parent = layout.v2_mount;
   if (layout.v1_mounts.empty()) {
     layout.kind = CgroupLayout::Kind::kV2;
   } else {
     layout.kind = layout.v2_mount.empty() ? CgroupLayout::Kind::kV1 : CgroupLayout::Kind::kHybrid;
   }
   return layout;
+}
+
+absl::StatusOr<std::string> ChooseV2Parent(const std::string& v2_mount,
+                                           const V2Placement& placement) {
+  if (!placement.requested.empty()) {
+    const std::vector<absl::string_view> parts =
+        absl::StrSplit(placement.requested, '/', absl::SkipEmpty());
+    const bool bad_part = std::any_of(parts.begin(), parts.end(), [](absl::string_view part) {
+      return part == "." || part == "..";
+    });
+    if (placement.requested[0] != '/' || bad_part) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "MOAT_CGROUP_PARENT=\"", placement.requested,
+          "\" is not a cgroup path: give one from the cgroup2 root without \".\" or \"..\", "
+          "e.g. \"/moat.slice\" or \"/system.slice/moat-agent.service\""));
+    }
+    return parts.empty() ? v2_mount : absl::StrCat(v2_mount, "/", absl::StrJoin(parts, "/"));
+  }
+  if (placement.systemd && placement.own_delegated && placement.own_cgroup.size() > 1 &&
+      placement.own_cgroup[0] == '/') {
+    return absl::StrCat(v2_mount, placement.own_cgroup);
+  }
+  return v2_mount;
+}
+
+V2Placement ReadV2Placement(const std::string& v2_mount) {
+  V2Placement placement;
+  if (const char* requested = std::getenv("MOAT_CGROUP_PARENT")) placement.requested = requested;
+  struct stat st;
+  placement.systemd = ::stat("/run/systemd/system", &st) == 0 && S_ISDIR(st.st_mode);
+  absl::StatusOr<std::string> own = cgroupfs::ReadFile("/proc/self/cgroup");
+  if (own.ok()) {
+    for (absl::string_view line : absl::StrSplit(*own, '\n', absl::SkipEmpty())) {
+      if (absl::ConsumePrefix(&line, "0::")) placement.own_cgroup = std::string(line);
+    }
+  }
+  if (!placement.own_cgroup.empty()) {
+    placement.own_delegated = MarkedDelegated(v2_mount + placement.own_cgroup);
+  }
+  return placement;
 }
 
 absl::StatusOr<CgroupLayout> DetectCgroupLayout(const std::string& mountinfo_path) {
@@ -300,9 +363,11 @@ absl::StatusOr<CgroupLayout> DetectCgroupLayout(const std::string& mountinfo_pat
                                      "\": ", layout.status().message()));
   }
   if (!layout->v2_mount.empty()) {
+    ASSIGN_OR_RETURN(layout->v2_parent,
+                     ChooseV2Parent(layout->v2_mount, ReadV2Placement(layout->v2_mount)));
     // Unreadable means unusable: treat it as offering no controllers.
     absl::StatusOr<std::string> controllers =
-        cgroupfs::ReadFile(layout->v2_mount + "/cgroup.controllers");
+        cgroupfs::ReadFile(layout->v2_parent + "/cgroup.controllers");
     if (controllers.ok()) {
       for (absl::string_view c :
            absl::StrSplit(*controllers, absl::ByAnyChar(" \n"), absl::SkipEmpty())) {
@@ -336,7 +401,7 @@ absl::StatusOr<CgroupPlan> PlanCgroup(const CgroupLayout& layout) {
     needs_v2 = true;
   }
   if (needs_v2) {
-    plan.v2_mount = layout.v2_mount;  // v2 kills with cgroup.kill or its own freezer
+    plan.v2_mount = V2Parent(layout);  // v2 kills with cgroup.kill or its own freezer
   } else {
     take_v1("freezer");  // optional: without it, KillAll kills without freezing first
   }
@@ -386,7 +451,7 @@ absl::StatusOr<std::unique_ptr<Cgroup>> Cgroup::Create(const CgroupLayout& layou
 absl::StatusOr<std::vector<std::string>> CleanupStaleCgroups(const CgroupLayout& layout) {
   std::set<std::string> mounts;
   for (const auto& [controller, mount] : layout.v1_mounts) mounts.insert(mount);
-  if (!layout.v2_mount.empty()) mounts.insert(layout.v2_mount);
+  if (!layout.v2_mount.empty()) mounts.insert(V2Parent(layout));
 
   // name -> its directory in each hierarchy
   std::map<std::string, std::vector<std::string>> stale;

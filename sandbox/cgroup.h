@@ -7,7 +7,10 @@
 //           offer no controllers at all. crun refuses this layout; moat picks, per controller,
 //           the hierarchy that actually offers it (PlanCgroup).
 //
-// Each sandbox lives in `<hierarchy>/moat/<name>` in every hierarchy it uses. Names that start
+// Each sandbox lives in `<hierarchy>/moat/<name>` in every hierarchy it uses. In the cgroup2
+// hierarchy `<hierarchy>` is the layout's v2_parent: the v2 mount itself, or, on a host where
+// systemd manages cgroup v2, the cgroup systemd delegated to moat (ChooseV2Parent;
+// docs/operations.md has the layouts and how to delegate). Names that start
 // with the creating process's pid (`<pid>-<suffix>`) let CleanupStaleCgroups find what a crashed
 // run left behind. On v1, finished sandboxes' empty directories are kept as spares
 // (`<hierarchy>/moat/spare-<k>`, cgroup_spares.h) and the next Create claims them.
@@ -32,7 +35,10 @@ struct CgroupLayout {
   enum class Kind { kV1, kV2, kHybrid } kind;
   std::string v2_mount;                          // "" if none
   std::map<std::string, std::string> v1_mounts;  // controller -> mount point
-  // Controllers the cgroup2 mount offers (its cgroup.controllers), read once at detection.
+  // The cgroup2 directory that holds moat's `moat/` directory: v2_mount, or a delegated cgroup
+  // below it (ChooseV2Parent). "" if there is no cgroup2 mount.
+  std::string v2_parent;
+  // Controllers v2_parent offers (its cgroup.controllers), read once at detection.
   std::set<std::string> v2_controllers;
 
   // E.g. "hybrid (v1: cpu,memory,pids; v2: /sys/fs/cgroup/unified)".
@@ -43,7 +49,26 @@ struct CgroupLayout {
 // Mounts hidden by a later mount on the same or a parent directory are ignored.
 absl::StatusOr<CgroupLayout> ParseCgroupMountinfo(absl::string_view mountinfo);
 
-// Reads mountinfo (path injectable for tests) once, and the cgroup2 mount's cgroup.controllers.
+// What decides where moat's cgroup2 directory goes.
+struct V2Placement {
+  std::string requested;       // $MOAT_CGROUP_PARENT: a cgroup path such as "/moat.slice"; or ""
+  bool systemd = false;        // systemd is the init system (/run/systemd/system exists)
+  std::string own_cgroup;      // this process's cgroup2 path ("0::<path>" in /proc/self/cgroup)
+  bool own_delegated = false;  // systemd delegated it (xattr trusted.delegate or user.delegate)
+};
+
+// The directory under `v2_mount` that gets moat's `moat/`: the requested cgroup when one is
+// given; the process's own cgroup when systemd delegated it (a `Delegate=yes` service or
+// scope); else the mount itself, as on hosts without systemd. Pure. Errors: a requested path
+// that is not absolute or has "." or ".." components.
+absl::StatusOr<std::string> ChooseV2Parent(const std::string& v2_mount,
+                                           const V2Placement& placement);
+
+// Reads $MOAT_CGROUP_PARENT, /run/systemd/system, /proc/self/cgroup and the delegation xattrs.
+V2Placement ReadV2Placement(const std::string& v2_mount);
+
+// Reads mountinfo (path injectable for tests) once, picks v2_parent (ChooseV2Parent with
+// ReadV2Placement) and reads its cgroup.controllers.
 absl::StatusOr<CgroupLayout> DetectCgroupLayout(
     const std::string& mountinfo_path = "/proc/self/mountinfo");
 
@@ -52,7 +77,7 @@ struct CgroupPlan {
   // v1 controllers used, controller -> mount point: a subset of cpu, cpuacct, memory, pids,
   // freezer. Controllers co-mounted in one hierarchy share its mount point.
   std::map<std::string, std::string> v1;
-  // The cgroup2 mount, when it serves a controller or the CPU time (cpu.stat); else "".
+  // The layout's v2_parent, when it serves a controller or the CPU time (cpu.stat); else "".
   std::string v2_mount;
   // Controllers to enable on v2: a subset of cpu, memory, pids.
   std::set<std::string> v2_controllers;

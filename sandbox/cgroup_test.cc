@@ -161,6 +161,55 @@ TEST(DetectCgroupLayoutTest, ReadsFixtureAndV2Controllers) {
   EXPECT_EQ(layout->Describe(), "v2 (" + mount + " with cpu,cpuset,io,memory,pids)");
 }
 
+TEST(ChooseV2ParentTest, WithoutSystemdTheMountItself) {
+  EXPECT_EQ(ChooseV2Parent("/sys/fs/cgroup", {.own_cgroup = "/x", .own_delegated = true}).value(),
+            "/sys/fs/cgroup");
+}
+
+TEST(ChooseV2ParentTest, UnderSystemdTheDelegatedUnitOfThisProcess) {
+  const V2Placement agent = {
+      .systemd = true, .own_cgroup = "/system.slice/moat-agent.service", .own_delegated = true};
+  EXPECT_EQ(ChooseV2Parent("/sys/fs/cgroup", agent).value(),
+            "/sys/fs/cgroup/system.slice/moat-agent.service");
+  // Not delegated (e.g. a login session's scope): nothing sanctioned below; the mount, as before.
+  EXPECT_EQ(ChooseV2Parent("/sys/fs/cgroup",
+                           {.systemd = true, .own_cgroup = "/user.slice/session-1.scope"})
+                .value(),
+            "/sys/fs/cgroup");
+  // Delegated root (moat is systemd's container payload): the mount.
+  EXPECT_EQ(
+      ChooseV2Parent("/sys/fs/cgroup", {.systemd = true, .own_cgroup = "/", .own_delegated = true})
+          .value(),
+      "/sys/fs/cgroup");
+}
+
+TEST(ChooseV2ParentTest, ARequestedParentWinsAndIsChecked) {
+  const V2Placement agent = {.requested = "/moat.slice/",
+                             .systemd = true,
+                             .own_cgroup = "/system.slice/moat-agent.service",
+                             .own_delegated = true};
+  EXPECT_EQ(ChooseV2Parent("/sys/fs/cgroup", agent).value(), "/sys/fs/cgroup/moat.slice");
+  EXPECT_EQ(ChooseV2Parent("/sys/fs/cgroup", {.requested = "/"}).value(), "/sys/fs/cgroup");
+  for (const char* bad : {"moat.slice", "/a/../..", "/./x"}) {
+    absl::StatusOr<std::string> parent = ChooseV2Parent("/sys/fs/cgroup", {.requested = bad});
+    EXPECT_EQ(parent.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(parent.status().message(), HasSubstr("MOAT_CGROUP_PARENT")) << bad;
+  }
+}
+
+TEST(ChooseV2ParentTest, ThePlanAndTheDescriptionUseTheParent) {
+  CgroupLayout layout{.kind = Kind::kV2,
+                      .v2_mount = "/sys/fs/cgroup",
+                      .v2_parent = "/sys/fs/cgroup/system.slice/moat-agent.service",
+                      .v2_controllers = {"cpu", "memory", "pids"}};
+  absl::StatusOr<CgroupPlan> plan = PlanCgroup(layout);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->v2_mount, "/sys/fs/cgroup/system.slice/moat-agent.service");
+  EXPECT_EQ(layout.Describe(),
+            "v2 (/sys/fs/cgroup, moat in /sys/fs/cgroup/system.slice/moat-agent.service with "
+            "cpu,memory,pids)");
+}
+
 TEST(DetectCgroupLayoutTest, MissingFileNamesIt) {
   absl::StatusOr<CgroupLayout> layout = DetectCgroupLayout("/nonexistent/mountinfo");
   EXPECT_EQ(layout.status().code(), absl::StatusCode::kNotFound);

@@ -1,8 +1,10 @@
 #include "sandbox/cgroup_v2.h"
 
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -66,6 +68,20 @@ absl::StatusOr<std::unique_ptr<CgroupV2>> CgroupV2::Create(const std::string& mo
                                                            const std::set<std::string>& controllers,
                                                            const std::string& name,
                                                            const CgroupLimits& limits) {
+  // A delegated unit's cgroup may hold moat itself (the agent, or `moat run` in a scope): cgroup
+  // v2 lets a non-root cgroup hand domain controllers (memory) down only while it holds no
+  // processes, and with threaded ones only (cpu, pids) it would turn into a thread root whose
+  // children cannot take domain controllers. So moat moves itself into a child first. Not
+  // from the root cgroup (no cgroup.type there), which is exempt; other processes in the unit
+  // stay and make the write below fail with a message saying what to do.
+  if (Exists(absl::StrCat(mount, "/cgroup.type"))) {
+    ASSIGN_OR_RETURN(std::vector<pid_t> pids, cgroupfs::ListProcesses(mount));
+    if (std::find(pids.begin(), pids.end(), ::getpid()) != pids.end()) {
+      const std::string aside = absl::StrCat(mount, "/", kSupervisorDir);
+      RETURN_IF_ERROR(cgroupfs::MakeDir(aside).status());
+      RETURN_IF_ERROR(WriteFile(absl::StrCat(aside, "/cgroup.procs"), absl::StrCat(::getpid())));
+    }
+  }
   RETURN_IF_ERROR(EnableSubtreeControllers(mount, controllers));
   const std::string parent = absl::StrCat(mount, "/", cgroupfs::kMoatDir);
   RETURN_IF_ERROR(cgroupfs::MakeDir(parent).status());

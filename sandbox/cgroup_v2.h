@@ -14,10 +14,11 @@ namespace moat::sandbox {
 
 class CgroupV2 final : public Cgroup {
  public:
-  // Creates `<mount>/moat/<name>`, enabling `controllers` (a subset of cpu, memory, pids) in the
-  // cgroup.subtree_control of `<mount>` and `<mount>/moat` where not yet enabled, and writes the
-  // limits of those controllers: cpu.max, memory.max (+ memory.swap.max=0 when present),
-  // pids.max. CPU time comes from cpu.stat, which v2 keeps even without the cpu controller.
+  // Creates `<mount>/moat/<name>` (`mount` is the layout's v2_parent), enabling `controllers` (a
+  // subset of cpu, memory, pids) in the cgroup.subtree_control of `<mount>` and `<mount>/moat`
+  // where not yet enabled, and writes the limits of those controllers: cpu.max, memory.max (+
+  // memory.swap.max=0 when present), pids.max. CPU time comes from cpu.stat, which v2 keeps even
+  // without the cpu controller.
   static absl::StatusOr<std::unique_ptr<CgroupV2>> Create(const std::string& mount,
                                                           const std::set<std::string>& controllers,
                                                           const std::string& name,
@@ -54,6 +55,10 @@ class CgroupV2 final : public Cgroup {
   std::string peak_file_;  // memory.peak (Linux 5.19+) or memory.current; "" without memory
   bool destroyed_ = false;
 };
+
+// Where CgroupV2::Create moves its own process when the cgroup it was given (a delegated unit's)
+// holds it: `<mount>/moat-supervisor`, beside `<mount>/moat`.
+inline constexpr char kSupervisorDir[] = "moat-supervisor";
 
 // Enables `controllers` in `dir`/cgroup.subtree_control, writing only those not yet enabled.
 absl::Status EnableSubtreeControllers(const std::string& dir,

@@ -16,8 +16,10 @@
 #include <filesystem>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "sandbox/cgroup_fs.h"
 #include "sandbox/testing/fake_cgroup_tree.h"
 #include "sandbox/testing/test_child.h"
 
@@ -370,6 +372,41 @@ TEST_F(CgroupV2RealTest, DestructorKillsAndRemoves) {
   EXPECT_FALSE(std::filesystem::exists(dir));
   int status = child.Wait();
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
+TEST_F(CgroupV2RealTest, ADelegatedCgroupHoldingMoatItselfGetsItMovedAside) {
+  // cgroup v2's "no internal processes" rule: a Delegate=yes unit whose cgroup holds moat cannot
+  // hand controllers to children until moat moves into a child of its own.
+  absl::StatusOr<std::string> offered = cgroupfs::ReadFile(mount_ + "/cgroup.controllers");
+  if (!offered.ok() || !absl::StrContains(*offered, "pids")) {
+    GTEST_SKIP() << "the cgroup2 mount offers no pids controller (a hybrid layout)";
+  }
+  const std::string unit = absl::StrCat(mount_, "/", getpid(), "-v2test-unit");
+  ASSERT_TRUE(EnableSubtreeControllers(mount_, {"pids"}).ok());
+  ASSERT_TRUE(cgroupfs::MakeDir(unit).ok());
+  // The child plays moat started in the unit: the unit cgroup's only process.
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (!cgroupfs::WriteFile(unit + "/cgroup.procs", "0").ok()) _exit(10);
+    absl::StatusOr<std::unique_ptr<CgroupV2>> cgroup =
+        CgroupV2::Create(unit, {"pids"}, "sandbox", kLimits);
+    if (!cgroup.ok()) {
+      fprintf(stderr, "%s\n", cgroup.status().ToString().c_str());
+      _exit(11);
+    }
+    absl::StatusOr<std::string> self = cgroupfs::ReadFile("/proc/self/cgroup");
+    if (!self.ok() || !absl::StrContains(*self, absl::StrCat("-v2test-unit/", kSupervisorDir))) {
+      _exit(12);
+    }
+    if (cgroupfs::ReadFile(unit + "/moat/sandbox/pids.max").value_or("") != "64\n") _exit(13);
+    _exit((*cgroup)->Destroy().ok() ? 0 : 14);
+  }
+  int status = -1;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "wait status " << status;
+  for (const char* dir : {"/moat-supervisor", "/moat", ""}) {
+    EXPECT_EQ(::rmdir(absl::StrCat(unit, dir).c_str()), 0) << unit << dir;
+  }
 }
 
 }  // namespace

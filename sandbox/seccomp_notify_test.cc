@@ -78,6 +78,14 @@ class NotifyingChild {
     return read(sock_.get(), &value, sizeof(value)) == sizeof(value) ? value : -1;
   }
 
+  // Reaps the child if it has exited: its wait status, or nullopt while it runs.
+  std::optional<int> TryWait() {
+    int status = -1;
+    if (pid_ <= 0 || waitpid(pid_, &status, WNOHANG) != pid_) return std::nullopt;
+    pid_ = -1;
+    return status;
+  }
+
   int Wait() {
     int status = -1;
     waitpid(pid_, &status, 0);
@@ -205,8 +213,14 @@ SupervisedRun RunSupervised(const SeccompProgram& program, std::vector<const cha
   });
   SupervisedRun run;
   if (child.listener() < 0) return run;
-  // POLLHUP: no process uses the filter any more (the child and all it started are gone).
+  // POLLHUP: no process uses the filter any more (the child and all it started are gone). The
+  // child is reaped as soon as it exits, not after the hang-up: before Linux 6.11 the kernel
+  // releases a filter (and hangs up its listener) only when its last task is reaped, so waiting
+  // for the hang-up first would wait out the whole bound below. The supervisor and the agent's
+  // probe end on the pidfd for the same reason, never on the listener's hang-up.
+  std::optional<int> status;
   for (int rounds = 0; rounds < 3000; ++rounds) {
+    if (!status) status = child.TryWait();
     struct pollfd pfd = {child.listener(), POLLIN, 0};
     if (poll(&pfd, 1, 100) < 0) break;
     if (pfd.revents & POLLIN) {
@@ -217,7 +231,7 @@ SupervisedRun RunSupervised(const SeccompProgram& program, std::vector<const cha
     }
     if (pfd.revents & (POLLHUP | POLLERR)) break;
   }
-  run.status = child.Wait();
+  run.status = status ? *status : child.Wait();
   return run;
 }
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything moat needs to build, test and benchmark, from Debian packages only.
 # Idempotent: packages already present are left alone, and apt-get update runs only when needed.
-# usage: scripts/install-deps.sh [--with-peers]   (--with-peers adds bubblewrap and crun for bench/)
+# usage: scripts/install-deps.sh [--with-peers] [--with-vm]
+#   --with-peers adds bubblewrap and crun for bench/; --with-vm adds QEMU and debootstrap for the
+#   real-kernel lane (scripts/vm-test.sh), which only that lane needs.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -10,7 +12,12 @@ pkgs=(build-essential cmake ninja-build pkg-config
       libgtest-dev libgmock-dev nlohmann-json3-dev libssl-dev libsqlite3-dev
       python3 procps iproute2 util-linux curl openssl git
       clang)  # scripts/clang-check.sh: the thread-safety analysis GCC does not do
-if [ "${1:-}" = "--with-peers" ]; then pkgs+=(bubblewrap crun); fi
+for arg in "$@"; do
+  case "$arg" in
+    --with-peers) pkgs+=(bubblewrap crun) ;;
+    --with-vm) pkgs+=(qemu-system-x86 debootstrap e2fsprogs) ;;
+  esac
+done
 # Deploy checks (scripts/deploy-check.sh): promtool and a real Prometheus, unzip for helm's npm
 # package, PyYAML for the mixin's lint; node and npm from Debian unless some node is installed
 # (npm also serves the Pi lane, integrations/pi/test.sh, which brings its own Node 22 and Pis).
