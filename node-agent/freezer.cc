@@ -1,8 +1,8 @@
 #include "node-agent/freezer.h"
 
 #include "absl/strings/match.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "sandbox/cgroup_fs.h"
