@@ -32,7 +32,8 @@
 //
 // Only sandboxes with a writable host directory need it (`moat run` with allowWrite or
 // --workspace); tmpfs /tmp and /workspace are the sandbox's own. Each creation then costs a round
-// trip to the guard (tens of microseconds). Needs CAP_SYS_CHROOT (root): rootless runs need a
+// trip to the guard (measured: a shell loop of 200 `echo x > f$i` ran ~0.5 ms longer, 12.1 vs
+// 11.6 ms per run, on a loaded 2-core machine). Needs CAP_SYS_CHROOT (root): rootless runs need a
 // guard that joins the sandbox's user namespace instead (a process, not a thread).
 #pragma once
 
