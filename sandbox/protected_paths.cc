@@ -64,6 +64,7 @@ std::vector<ProtectedName> CreationProtection(const std::vector<std::string>& re
 
 std::vector<ProtectedGlob> IdentifyProtectedGlobs(const std::vector<std::string>& patterns,
                                                   const std::vector<std::string>& writable_roots) {
+  if (patterns.empty()) return {};  // the common case: no stat on the start path
   std::vector<dev_t> devs;
   for (const std::string& root : writable_roots) {
     struct stat st;
