@@ -153,10 +153,9 @@ TEST(ParseByteSizeTest, Units) {
 // The shipped example (node-agent/examples/agent.yaml) parses, and each of its rootfs profiles
 // names a policy that policies/ ships and the runtime's policy parser accepts.
 TEST(ConfigTest, ShippedExampleParses) {
-  const std::string source_file = __FILE__;
-  ASSERT_EQ(source_file.front(), '/') << "built from a relative path; cannot find the source tree";
-  const std::string agent_dir = source_file.substr(0, source_file.rfind('/'));
-  const std::string repo_dir = agent_dir.substr(0, agent_dir.rfind('/'));
+  // The build names the source tree (__FILE__ is relative under ccache's base_dir).
+  const std::string repo_dir = MOAT_SOURCE_DIR;
+  const std::string agent_dir = repo_dir + "/node-agent";
   auto config = LoadConfig(agent_dir + "/examples/agent.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
   for (const char* name : {"python", "node"}) {
