@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "sandbox/util/errno_status.h"
-#include "sandbox/util/status_macros.h"
+#include "util/errno_status.h"
+#include "util/status_macros.h"
 
 namespace moat::bench {
 namespace {

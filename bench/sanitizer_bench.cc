@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "sandbox/sanitizer.h"
-#include "sandbox/secret_scanner.h"
+#include "sandbox/output/sanitizer.h"
+#include "sandbox/output/secret_scanner.h"
 
 namespace {
 

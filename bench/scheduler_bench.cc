@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
   const int best_of_k = Flag(argc, argv, "--best-of-k", 20);
   constexpr uint64_t kGiB = 1ULL << 30;
 
-  moat::agent::RealClock clock;
+  moat::RealClock clock;
   NodeTable table(&clock, NodeTableOptions{});
   std::mt19937_64 rng(42);
   for (int i = 0; i < nodes; ++i) {

@@ -32,7 +32,7 @@
 #include "bench/latency_stats.h"
 #include "bench/moat_trace.h"
 #include "bench/timed_run.h"
-#include "sandbox/util/self_path.h"
+#include "util/self_path.h"
 
 namespace moat::bench {
 namespace {

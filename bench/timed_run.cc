@@ -17,8 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "sandbox/util/errno_status.h"
-#include "sandbox/util/unique_fd.h"
+#include "util/errno_status.h"
+#include "util/unique_fd.h"
 
 extern char** environ;
 

@@ -9,6 +9,11 @@ find_package(GTest CONFIG REQUIRED)
 # OpenSSL's libcrypto (libssl-dev, which libcpp-httplib-dev depends on): SHA-256 for the egress
 # audit log, and TLS for the daemons.
 find_package(OpenSSL REQUIRED)
+# The daemons' HTTP and metrics. Debian's cpp-httplib is a shared library built with these
+# defines; the header must see the same ones or the ABI differs (its pkg-config Cflags carry
+# them). GLOBAL: every folder that serves or calls HTTP links the same target.
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET GLOBAL cpp-httplib)
+find_package(prometheus-cpp CONFIG REQUIRED GLOBAL)
 
 # Link Abseil, yaml-cpp, libseccomp and libcrypto statically (libstdc++ too, for the moat binary:
 # see sandbox/CMakeLists.txt; not for moat-agent, whose Debian httplib and prometheus-cpp bring the

@@ -9,15 +9,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "node-agent/token.h"
-#include "node-agent/yaml_reader.h"
-#include "sandbox/util/status_macros.h"
+#include "util/token.h"
+#include "util/yaml_reader.h"
+#include "util/status_macros.h"
 #include "yaml-cpp/yaml.h"
 
 namespace moat::controller {
 namespace {
-
-using agent::YamlReader;
 
 // Agent profile names, as node-agent/config.cc accepts them.
 bool IsProfileName(absl::string_view name) {
@@ -269,7 +267,7 @@ absl::StatusOr<std::vector<ApiKey>> ParseApiKeys(absl::string_view text, absl::s
 }
 
 absl::StatusOr<std::vector<ApiKey>> LoadApiKeys(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, agent::ReadSecretFile(path));
+  ASSIGN_OR_RETURN(std::string text, ReadSecretFile(path));
   return ParseApiKeys(text, path);
 }
 

@@ -13,11 +13,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "controller/lifecycle_json.h"
-#include "controller/log.h"
+#include "util/log.h"
 #include "controller/proxy.h"
-#include "node-agent/join_auth.h"
-#include "node-agent/token.h"
-#include "sandbox/util/status_macros.h"
+#include "util/join_auth.h"
+#include "util/token.h"
+#include "util/status_macros.h"
 
 namespace moat::controller {
 namespace {
@@ -119,7 +119,7 @@ bool HttpApi::Tenant(const httplib::Request& req, httplib::Response& res,
   std::string key = req.get_header_value(kApiKeyHeader);
   if (!key.empty()) {
     for (const ApiKey& k : options_.api_keys) {
-      if (agent::ConstantTimeEquals(key, k.key)) {
+      if (ConstantTimeEquals(key, k.key)) {
         *tenant = k.tenant;
         return true;
       }
@@ -159,7 +159,7 @@ void HttpApi::Routes() {
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     request_start = absl::Now();
     std::string id = req.get_header_value("X-Request-ID");
-    if (id.empty() || id.size() > 128) id = agent::NewToken().value_or("").substr(0, 32);
+    if (id.empty() || id.size() > 128) id = NewToken().value_or("").substr(0, 32);
     res.set_header("X-Request-ID", id);
     // Bodies for a sandbox (uploads) may be larger than the API's own.
     const bool to_sandbox = absl::StrContains(req.path, "/proxy/");
@@ -229,8 +229,8 @@ void HttpApi::NodeRoutes() {
     if (!join.ok()) return SendStatus(res, join.status());
     absl::Duration skew = absl::FromUnixSeconds(join->timestamp) - clock_->Now();
     std::string expected =
-        agent::JoinAgentProof(options_.join_token, join->name, join->nonce, join->timestamp);
-    if (!agent::ConstantTimeEquals(expected, join->proof)) {
+        JoinAgentProof(options_.join_token, join->name, join->nonce, join->timestamp);
+    if (!ConstantTimeEquals(expected, join->proof)) {
       LogWarning(absl::StrCat("refused a join as \"", join->name, "\": wrong join proof"));
       return SendError(res, 401,
                        "wrong join proof: the agent's controller.join_token_file must hold the "
@@ -246,7 +246,7 @@ void HttpApi::NodeRoutes() {
                          join->report.agent_url, ")"));
     SendJson(res, 200,
              {{"session_token", *session},
-              {"proof", agent::JoinControllerProof(options_.join_token, join->name, join->nonce)},
+              {"proof", JoinControllerProof(options_.join_token, join->name, join->nonce)},
               {"heartbeat_interval_seconds",
                absl::ToDoubleSeconds(options_.config->heartbeat_interval)}});
   });
@@ -256,7 +256,7 @@ void HttpApi::NodeRoutes() {
            absl::StatusOr<NodeReport> report = ParseHeartbeat(req.body);
            if (!report.ok()) return SendStatus(res, report.status());
            absl::StatusOr<bool> first = nodes_->Heartbeat(
-               name, agent::BearerToken(req.get_header_value("Authorization")), *report);
+               name, BearerToken(req.get_header_value("Authorization")), *report);
            if (!first.ok()) return SendStatus(res, first.status());
            SendJson(res, 200, json::object());
            if (*first && on_join_) on_join_(name);

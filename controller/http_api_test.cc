@@ -12,7 +12,7 @@
 #include "controller/testing/fake_agents.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "node-agent/join_auth.h"
+#include "util/join_auth.h"
 
 namespace moat::controller {
 namespace {
@@ -60,13 +60,13 @@ class HttpApiTest : public ::testing::Test {
     json body = {{"name", name},
                  {"nonce", nonce},
                  {"timestamp", now},
-                 {"proof", agent::JoinAgentProof(kJoinToken, name, nonce, now)},
+                 {"proof", JoinAgentProof(kJoinToken, name, nonce, now)},
                  {"report", Report(name, arch)}};
     auto res = client_->Post("/internal/v1/nodes/join", body.dump(), "application/json");
     EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no answer");
     if (!res || res->status != 200) return "";
     json answer = json::parse(res->body);
-    EXPECT_EQ(answer["proof"], agent::JoinControllerProof(kJoinToken, name, nonce));
+    EXPECT_EQ(answer["proof"], JoinControllerProof(kJoinToken, name, nonce));
     std::string session = answer["session_token"];
     auto hb = client_->Post(absl::StrCat("/internal/v1/nodes/", name, "/heartbeat"),
                             {{"Authorization", "Bearer " + session}},
@@ -94,7 +94,7 @@ class HttpApiTest : public ::testing::Test {
   }
 
   ControllerConfig config_;
-  agent::FakeClock clock_{absl::Now()};
+  FakeClock clock_{absl::Now()};
   MemoryStore store_;
   NodeTable nodes_{&clock_, NodeTableOptions{}};
   testing::FakeAgents agents_;
@@ -249,12 +249,12 @@ TEST_F(HttpApiTest, JoinNeedsTheProofAndRefusesReplays) {
   json body = {{"name", "n1"},
                {"nonce", nonce},
                {"timestamp", now},
-               {"proof", agent::JoinAgentProof("another-token-0123456789", "n1", nonce, now)},
+               {"proof", JoinAgentProof("another-token-0123456789", "n1", nonce, now)},
                {"report", Report("n1")}};
   EXPECT_THAT(ExpectError(client_->Post("/internal/v1/nodes/join", body.dump(), "application/json"),
                           401, "UNAUTHORIZED"),
               HasSubstr("join proof"));
-  body["proof"] = agent::JoinAgentProof(kJoinToken, "n1", nonce, now);
+  body["proof"] = JoinAgentProof(kJoinToken, "n1", nonce, now);
   EXPECT_EQ(client_->Post("/internal/v1/nodes/join", body.dump(), "application/json")->status, 200);
   EXPECT_THAT(ExpectError(client_->Post("/internal/v1/nodes/join", body.dump(), "application/json"),
                           401, "UNAUTHORIZED"),
@@ -262,7 +262,7 @@ TEST_F(HttpApiTest, JoinNeedsTheProofAndRefusesReplays) {
   // An old timestamp, even with a right proof.
   body["nonce"] = "nonce-fresh-0123456789";
   body["timestamp"] = now - 3600;
-  body["proof"] = agent::JoinAgentProof(kJoinToken, "n1", "nonce-fresh-0123456789", now - 3600);
+  body["proof"] = JoinAgentProof(kJoinToken, "n1", "nonce-fresh-0123456789", now - 3600);
   EXPECT_THAT(ExpectError(client_->Post("/internal/v1/nodes/join", body.dump(), "application/json"),
                           401, "UNAUTHORIZED"),
               HasSubstr("clock"));

@@ -13,8 +13,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "controller/scheduler/framework.h"
-#include "node-agent/token.h"
-#include "sandbox/util/status_macros.h"
+#include "util/status_macros.h"
+#include "util/strict_json.h"
+#include "util/token.h"
 
 namespace moat::controller {
 namespace {
@@ -25,11 +26,14 @@ absl::Status Bad(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("\"", field, "\" ", what));
 }
 
+// Strict (util/strict_json.h): duplicate keys and deep nesting refused while parsing.
 absl::StatusOr<json> ParseObject(absl::string_view body) {
-  json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) {
-    return absl::InvalidArgumentError("the body must be a JSON object");
+  absl::StatusOr<json> doc = ParseStrictJson<json>(body);
+  if (!doc.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the body must be a JSON object (", doc.status().message(), ")"));
   }
+  if (!doc->is_object()) return absl::InvalidArgumentError("the body must be a JSON object");
   return doc;
 }
 
@@ -120,59 +124,6 @@ absl::StatusOr<NodeReport> ParseReport(const json& j) {
 }
 
 }  // namespace
-
-json ErrorJson(absl::string_view code, absl::string_view message) {
-  return {{"code", std::string(code)}, {"message", std::string(message)}};
-}
-
-int HttpStatusFor(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kOutOfRange:
-      return 400;
-    case absl::StatusCode::kUnauthenticated:
-      return 401;
-    case absl::StatusCode::kPermissionDenied:
-      return 403;
-    case absl::StatusCode::kNotFound:
-      return 404;
-    case absl::StatusCode::kAlreadyExists:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kAborted:
-      return 409;
-    case absl::StatusCode::kUnimplemented:
-      return 501;
-    case absl::StatusCode::kResourceExhausted:
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
-      return 503;
-    default:
-      return 500;
-  }
-}
-
-absl::string_view ErrorCodeFor(int http_status) {
-  switch (http_status) {
-    case 400:
-      return "INVALID_REQUEST";
-    case 401:
-      return "UNAUTHORIZED";
-    case 403:
-      return "FORBIDDEN";
-    case 404:
-      return "NOT_FOUND";
-    case 409:
-      return "CONFLICT";
-    case 413:
-      return "PAYLOAD_TOO_LARGE";
-    case 501:
-      return "NOT_IMPLEMENTED";
-    case 503:
-      return "UNAVAILABLE";
-    default:
-      return http_status >= 500 ? "INTERNAL_ERROR" : "BAD_REQUEST";
-  }
-}
 
 absl::StatusOr<double> ParseCpuQuantity(absl::string_view text) {
   double value = 0;
@@ -318,7 +269,7 @@ absl::StatusOr<Sandbox> ParseCreateSandbox(absl::string_view body, const Control
 }
 
 absl::StatusOr<std::string> NewSandboxId() {
-  ASSIGN_OR_RETURN(std::string hex, agent::NewToken());
+  ASSIGN_OR_RETURN(std::string hex, NewToken());
   // 32 hex digits as a version-4 UUID: 8-4-4-4-12, version nibble 4, variant 10xx.
   hex[12] = '4';
   hex[16] = "89ab"[hex[16] % 4];

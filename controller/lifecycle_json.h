@@ -15,13 +15,9 @@
 #include "controller/nodes.h"
 #include "controller/sandboxes.h"
 #include "nlohmann/json.hpp"
+#include "util/http_status.h"  // HttpStatusFor, ErrorCodeFor, ErrorJson
 
 namespace moat::controller {
-
-// Flat, as OpenSandbox's: {"code": "INVALID_REQUEST", "message": "..."}.
-nlohmann::json ErrorJson(absl::string_view code, absl::string_view message);
-int HttpStatusFor(const absl::Status& status);
-absl::string_view ErrorCodeFor(int http_status);
 
 // POST /sandboxes. image.uri maps to a profile through the config's images table;
 // resourceLimits (Kubernetes quantities: cpu "500m", memory "512Mi") are what the scheduler

@@ -12,14 +12,14 @@
 #include "controller/agent_client.h"
 #include "controller/config.h"
 #include "controller/http_api.h"
-#include "controller/log.h"
+#include "util/log.h"
 #include "controller/metrics.h"
 #include "controller/nodes.h"
 #include "controller/sandboxes.h"
 #include "controller/scheduler/scheduler.h"
 #include "controller/store/memory_store.h"
 #include "controller/store/sqlite_store.h"
-#include "node-agent/token.h"
+#include "util/token.h"
 
 namespace moat::controller {
 namespace {
@@ -62,7 +62,7 @@ int Run(int argc, char** argv) {
     LogError(config.status().message());
     return 1;
   }
-  absl::StatusOr<std::string> join_token = agent::ReadTokenFile(config->join_token_file);
+  absl::StatusOr<std::string> join_token = ReadTokenFile(config->join_token_file);
   if (!join_token.ok()) {
     LogError(absl::StrCat("the join token (join_token_file): ", join_token.status().message()));
     return 1;
@@ -94,7 +94,7 @@ int Run(int argc, char** argv) {
     store = *std::move(sqlite);
   }
 
-  agent::RealClock clock;
+  RealClock clock;
   ControllerMetrics metrics;
   NodeTable nodes(&clock, NodeTableOptions{config->heartbeat_interval, config->heartbeat_misses,
                                            config->lost_after, config->overcommit});

@@ -2,15 +2,15 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "node-agent/token.h"
-#include "sandbox/util/status_macros.h"
+#include "util/token.h"
+#include "util/status_macros.h"
 
 namespace moat::controller {
 
 using scheduler::NodeState;
 
 absl::StatusOr<std::string> NodeTable::Join(const std::string& name, NodeReport report) {
-  ASSIGN_OR_RETURN(std::string session, agent::NewToken());
+  ASSIGN_OR_RETURN(std::string session, NewToken());
   report.arch = scheduler::NormalizeArch(report.arch);
   absl::MutexLock lock(&mu_);
   Node& node = nodes_[name];
@@ -32,7 +32,7 @@ absl::StatusOr<bool> NodeTable::Heartbeat(const std::string& name, absl::string_
     return absl::NotFoundError(absl::StrCat("node \"", name, "\" has not joined; join first"));
   }
   Node& node = it->second;
-  if (!agent::ConstantTimeEquals(session_token, node.session_token)) {
+  if (!ConstantTimeEquals(session_token, node.session_token)) {
     return absl::UnauthenticatedError(
         "wrong or stale node session token; join again to get a new one");
   }

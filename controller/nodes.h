@@ -21,11 +21,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "controller/scheduler/framework.h"
-#include "node-agent/clock.h"
+#include "util/clock.h"
 
 namespace moat::controller {
-
-using agent::Clock;
 
 // What an agent reports about itself when it joins and in every heartbeat.
 struct NodeReport {

@@ -23,7 +23,7 @@ NodeReport Report() {
 
 class NodeTableTest : public ::testing::Test {
  protected:
-  agent::FakeClock clock_;
+  FakeClock clock_;
   NodeTable table_{&clock_, NodeTableOptions{absl::Seconds(5), 3, absl::Seconds(30), {}}};
 };
 

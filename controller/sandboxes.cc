@@ -6,10 +6,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "controller/log.h"
+#include "util/log.h"
 #include "nlohmann/json.hpp"
-#include "node-agent/token.h"
-#include "sandbox/util/status_macros.h"
+#include "util/token.h"
+#include "util/status_macros.h"
 
 namespace moat::controller {
 namespace {
@@ -285,7 +285,7 @@ absl::StatusOr<Sandbox> SandboxManager::GetForToken(const std::string& id,
   absl::MutexLock lock(&mu_);
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end() || it->second.agent_token.empty() ||
-      !agent::ConstantTimeEquals(token, it->second.agent_token)) {
+      !ConstantTimeEquals(token, it->second.agent_token)) {
     return absl::NotFoundError(absl::StrCat("no sandbox \"", id, "\" with this token"));
   }
   return it->second;

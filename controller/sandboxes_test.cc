@@ -45,7 +45,7 @@ class SandboxManagerTest : public ::testing::Test {
                               .retry_interval = absl::Milliseconds(5)});
   }
 
-  agent::FakeClock clock_;
+  FakeClock clock_;
   MemoryStore store_;
   NodeTable nodes_{&clock_, NodeTableOptions{}};
   testing::FakeAgents agents_;

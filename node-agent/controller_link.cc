@@ -5,11 +5,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "node-agent/join_auth.h"
-#include "node-agent/log.h"
-#include "node-agent/token.h"
-#include "sandbox/cgroup.h"
-#include "sandbox/util/status_macros.h"
+#include "util/join_auth.h"
+#include "util/log.h"
+#include "util/token.h"
+#include "sandbox/cgroup/cgroup.h"
+#include "util/status_macros.h"
 
 namespace moat::agent {
 namespace {

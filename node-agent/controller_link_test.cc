@@ -13,7 +13,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "node-agent/join_auth.h"
+#include "util/join_auth.h"
 
 namespace moat::agent {
 namespace {

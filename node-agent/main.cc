@@ -10,20 +10,20 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "node-agent/clock.h"
-#include "node-agent/config.h"
+#include "node-agent/api/execd_api.h"
+#include "node-agent/api/http_api.h"
+#include "node-agent/backend/fake_backend.h"
+#include "node-agent/backend/kernel_backend.h"
+#include "node-agent/config/config.h"
 #include "node-agent/controller_link.h"
-#include "node-agent/execd_api.h"
-#include "node-agent/fake_backend.h"
-#include "node-agent/http_api.h"
-#include "node-agent/kernel_backend.h"
-#include "node-agent/log.h"
 #include "node-agent/metrics.h"
-#include "node-agent/probe_launcher.h"
-#include "node-agent/probe_monitor.h"
-#include "node-agent/registry.h"
+#include "node-agent/pool/registry.h"
+#include "node-agent/probe/probe_launcher.h"
+#include "node-agent/probe/probe_monitor.h"
 #include "node-agent/service.h"
-#include "node-agent/token.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/token.h"
 
 namespace moat::agent {
 namespace {
@@ -116,6 +116,10 @@ int Run(int argc, char** argv) {
   absl::StatusOr<AgentConfig> config = LoadConfig(config_path);
   if (!config.ok()) {
     LogError(config.status().message());
+    return 1;
+  }
+  if (absl::Status loaded = LoadProfilePolicies(&*config); !loaded.ok()) {
+    LogError(loaded.message());
     return 1;
   }
   absl::StatusOr<std::string> token = ReadTokenFile(config->token_file);

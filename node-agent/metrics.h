@@ -10,8 +10,8 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "node-agent/backend.h"
-#include "node-agent/registry.h"
+#include "node-agent/backend/backend.h"
+#include "node-agent/pool/registry.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"

@@ -7,9 +7,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "node-agent/log.h"
-#include "node-agent/token.h"
-#include "sandbox/util/status_macros.h"
+#include "util/log.h"
+#include "util/token.h"
+#include "util/status_macros.h"
 
 namespace moat::agent {
 namespace {

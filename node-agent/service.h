@@ -12,14 +12,14 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "node-agent/backend.h"
-#include "node-agent/clock.h"
-#include "node-agent/config.h"
+#include "node-agent/backend/backend.h"
+#include "util/clock.h"
+#include "node-agent/config/config.h"
 #include "node-agent/event_log.h"
 #include "node-agent/metrics.h"
-#include "node-agent/recycle_queue.h"
-#include "node-agent/registry.h"
-#include "node-agent/warm_pool.h"
+#include "node-agent/pool/recycle_queue.h"
+#include "node-agent/pool/registry.h"
+#include "node-agent/pool/warm_pool.h"
 
 namespace moat::agent {
 

@@ -5,7 +5,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "node-agent/fake_backend.h"
+#include "node-agent/backend/fake_backend.h"
 #include "node-agent/testing/temp_dir.h"
 
 namespace moat::agent {

@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 
-#include "sandbox/child_failure.h"
+#include "util/child_failure.h"
 
 namespace moat::sandbox {
 

@@ -15,11 +15,11 @@
 
 #include "sandbox/caps.h"
 #include "sandbox/child_exec.h"
-#include "sandbox/child_failure.h"
-#include "sandbox/net.h"
+#include "util/child_failure.h"
+#include "sandbox/netns/net.h"
 #include "sandbox/reaper.h"
-#include "sandbox/seccomp_filter.h"
-#include "sandbox/util/fd_passing.h"
+#include "sandbox/seccomp/seccomp_filter.h"
+#include "util/fd_passing.h"
 
 namespace moat::sandbox {
 namespace {

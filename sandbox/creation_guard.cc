@@ -21,10 +21,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "sandbox/policy.h"
-#include "sandbox/seccomp_notify.h"
-#include "sandbox/seccomp_policy.h"
-#include "sandbox/util/errno_status.h"
+#include "sandbox/policy/policy.h"
+#include "sandbox/seccomp/seccomp_notify.h"
+#include "sandbox/seccomp/seccomp_policy.h"
+#include "util/errno_status.h"
 
 namespace moat::sandbox {
 namespace {

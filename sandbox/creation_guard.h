@@ -49,12 +49,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "sandbox/protected_paths.h"
-#include "sandbox/result.h"
-#include "sandbox/seccomp_filter.h"
-#include "sandbox/seccomp_notify.h"
-#include "sandbox/seccomp_policy.h"
-#include "sandbox/util/unique_fd.h"
+#include "sandbox/policy/protected_paths.h"
+#include "sandbox/output/result.h"
+#include "sandbox/seccomp/seccomp_filter.h"
+#include "sandbox/seccomp/seccomp_notify.h"
+#include "sandbox/seccomp/seccomp_policy.h"
+#include "util/unique_fd.h"
 
 namespace moat::sandbox {
 

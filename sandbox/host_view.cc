@@ -12,8 +12,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "sandbox/protected_paths.h"
-#include "sandbox/util/errno_status.h"
+#include "sandbox/policy/protected_paths.h"
+#include "util/errno_status.h"
 
 namespace moat::sandbox {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "sandbox/mounts.h"
-#include "sandbox/policy.h"
+#include "sandbox/policy/policy.h"
 
 namespace moat::sandbox {
 

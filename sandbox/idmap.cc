@@ -13,8 +13,8 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "sandbox/userns.h"
-#include "sandbox/util/errno_status.h"
-#include "sandbox/util/status_macros.h"
+#include "util/errno_status.h"
+#include "util/status_macros.h"
 
 namespace moat::sandbox {
 namespace {}  // namespace

@@ -11,54 +11,24 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "sandbox/caps.h"
-#include "sandbox/cgroup_fs.h"
+#include "sandbox/cgroup/cgroup_watch.h"
 #include "sandbox/contain.h"
+#include "sandbox/prepare.h"
 #include "sandbox/rlimits.h"
-#include "sandbox/runner.h"
 #include "sandbox/spawn.h"
-#include "sandbox/util/errno_status.h"
-#include "sandbox/util/self_path.h"
-#include "sandbox/util/status_macros.h"
+#include "util/errno_status.h"
+#include "util/self_path.h"
+#include "util/status_macros.h"
 
 namespace moat::sandbox {
-namespace {
-
-// Processes in the cgroup now (every hierarchy holds the same ones; the first is enough).
-int CountProcesses(const Cgroup& cgroup) {
-  std::vector<std::string> paths = cgroup.paths();
-  if (paths.empty()) return 0;
-  absl::StatusOr<std::vector<pid_t>> pids = cgroupfs::ListProcesses(paths.front());
-  return pids.ok() ? static_cast<int>(pids->size()) : 0;
-}
-
-void SetEnv(std::vector<std::pair<std::string, std::string>>& env, const std::string& name,
-            const std::string& value) {
-  for (auto& [n, v] : env) {
-    if (n == name) {
-      v = value;
-      return;
-    }
-  }
-  env.emplace_back(name, value);
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<SandboxFactory>> SandboxFactory::Create(std::string init_binary) {
-  ASSIGN_OR_RETURN(CgroupLayout layout, DetectCgroupLayout());
-  // Unlike Runner::Create, the v1 freezer is kept (when mounted): every process still dies with
-  // init (pid namespace), but the agent pauses and resumes whole sandboxes with it
-  // (node-agent/freezer.h). On cgroup v2 the freezer is core (cgroup.freeze).
-  RETURN_IF_ERROR(PlanCgroup(layout).status());
-  ASSIGN_OR_RETURN(IdMapping ids, DefaultIdMapping());
-  SeccompOptions options;
-  options.notify_violations = true;
-  absl::StatusOr<SeccompProgram> program = SeccompProgram::Precompiled(options);
-  if (!program.ok()) program = SeccompProgram::Build(options);
-  if (!program.ok()) return program.status();
-  auto factory = std::unique_ptr<SandboxFactory>(
-      new SandboxFactory(std::move(layout), ids, LastCapability(), *std::move(program)));
+  // The v1 freezer is kept (when mounted): every process still dies with init (pid namespace),
+  // but the agent pauses and resumes whole sandboxes with it (node-agent/backend/freezer.h).
+  ASSIGN_OR_RETURN(std::unique_ptr<HostSetup> host, HostSetup::Detect({.keep_v1_freezer = true}));
+  // Built now, not at the first sandbox: a broken filter stops the agent at start.
+  ASSIGN_OR_RETURN(const SeccompProgram* seccomp, host->Seccomp(/*guard_creation=*/false));
+  auto factory = std::unique_ptr<SandboxFactory>(new SandboxFactory(std::move(host), seccomp));
   std::vector<std::string> candidates;
   if (!init_binary.empty()) {
     candidates.push_back(init_binary);
@@ -85,27 +55,19 @@ absl::StatusOr<std::unique_ptr<SandboxFactory>> SandboxFactory::Create(std::stri
 absl::StatusOr<std::unique_ptr<LiveSandbox>> SandboxFactory::Start(
     const LiveSandboxOptions& options) {
   auto box = std::unique_ptr<LiveSandbox>(new LiveSandbox());
-  box->arch_ = seccomp_.arch();
+  box->arch_ = seccomp_->arch();
   const CgroupLimits limits{options.limits.memory_bytes, options.limits.pids, options.limits.cpus};
   RETURN_IF_ERROR(ValidateCgroupRequest(options.name, limits));
-  ASSIGN_OR_RETURN(box->cgroup_, Cgroup::Create(layout_, options.name, limits));
+  ASSIGN_OR_RETURN(box->cgroup_, Cgroup::Create(host_->cgroup_layout(), options.name, limits));
 
-  MountOptions mount_options = options.mounts;
-  mount_options.sandbox_ids = std::make_pair(ids_.host_uid, ids_.host_gid);
-  box->base_env_ = DefaultSandboxEnv();
-  if (options.egress) {
-    ASSIGN_OR_RETURN(box->egress_, egress::EgressSession::Create(*options.egress));
-    ASSIGN_OR_RETURN(std::string resolv_conf, egress::EgressSession::ResolvConf());
-    mount_options.file_overlays.emplace_back(resolv_conf, "/etc/resolv.conf");
-    for (const auto& [name, value] : box->egress_->Env()) SetEnv(box->base_env_, name, value);
-  }
-  ASSIGN_OR_RETURN(MountPlan mounts, MountPlan::Build(mount_options));
-
-  ContainPlan plan;
-  plan.ids = ids_;
-  plan.mounts = &mounts;
-  plan.rlimits = PlanRlimits(options.limits.cpu_timeout);
-  plan.last_cap = last_cap_;
+  ASSIGN_OR_RETURN(std::unique_ptr<PreparedSandbox> prepared,
+                   PrepareSandbox(*host_, {.mounts = &options.mounts,
+                                           .cpu_timeout = options.limits.cpu_timeout,
+                                           .egress = options.egress ? &*options.egress : nullptr,
+                                           .seccomp = seccomp_}));
+  box->egress_ = std::move(prepared->egress);
+  box->base_env_ = std::move(prepared->env);
+  ContainPlan& plan = prepared->plan;
   plan.reaper = true;
   if (init_fd_) {
     plan.reaper_exec_fd = init_fd_.get();
@@ -115,8 +77,6 @@ absl::StatusOr<std::unique_ptr<LiveSandbox>> SandboxFactory::Start(
           absl::StrCat("--rlimit=", r.resource, ":", r.limit.rlim_cur, ":", r.limit.rlim_max));
     }
   }
-  plan.seccomp = seccomp_.fprog();
-  plan.seccomp_listener = seccomp_.notifies();
   plan.Finalize();
 
   SpawnOptions spawn;
@@ -248,7 +208,10 @@ LiveSandboxTeardown LiveSandbox::Destroy() {
   LiveSandboxTeardown teardown;
   if (destroyed_) return teardown;
   destroyed_ = true;
-  if (cgroup_) teardown.processes_killed = CountProcesses(*cgroup_);
+  if (cgroup_) {
+    absl::StatusOr<CgroupSample> now = ReadCgroupNow(cgroup_->paths());
+    teardown.processes_killed = now.ok() ? now->processes : 0;
+  }
   if (pidfd_) {
     // Init's death ends the pid namespace: the kernel kills every process in it.
     ::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0);

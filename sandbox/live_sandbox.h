@@ -23,15 +23,16 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "sandbox/cgroup.h"
+#include "sandbox/cgroup/cgroup.h"
 #include "sandbox/egress/sandbox_egress.h"
+#include "sandbox/host_setup.h"
 #include "sandbox/mounts.h"
-#include "sandbox/policy.h"
+#include "sandbox/output/result.h"
+#include "sandbox/policy/policy.h"
 #include "sandbox/reaper.h"
-#include "sandbox/result.h"
-#include "sandbox/seccomp_filter.h"
+#include "sandbox/seccomp/seccomp_filter.h"
 #include "sandbox/userns.h"
-#include "sandbox/util/unique_fd.h"
+#include "util/unique_fd.h"
 
 namespace moat::sandbox {
 
@@ -103,8 +104,9 @@ class LiveSandbox {
   bool destroyed_ ABSL_GUARDED_BY(destroy_mu_) = false;
 };
 
-// What is computed once per process for every sandbox: the cgroup layout, the id mapping and the
-// seccomp program. Thread-safe: Start may run on many threads at once.
+// Makes the agent's sandboxes from what is computed once per process (HostSetup: the cgroup
+// layout, the id mapping, the seccomp program), each prepared as `moat run`'s are (prepare.h).
+// Thread-safe: Start may run on many threads at once.
 class SandboxFactory {
  public:
   // `init_binary`: the moat-init program (reaper.h); empty: the one next to the running
@@ -115,21 +117,19 @@ class SandboxFactory {
   // naming it, and nothing of the sandbox is left.
   absl::StatusOr<std::unique_ptr<LiveSandbox>> Start(const LiveSandboxOptions& options);
 
-  const CgroupLayout& cgroup_layout() const { return layout_; }
-  const IdMapping& ids() const { return ids_; }
+  const CgroupLayout& cgroup_layout() const { return host_->cgroup_layout(); }
+  const IdMapping& ids() const { return host_->ids(); }
   // The moat-init program sandboxes exec, or "" if they serve in place.
   const std::string& init_binary() const { return init_path_; }
 
  private:
-  SandboxFactory(CgroupLayout layout, IdMapping ids, int last_cap, SeccompProgram seccomp)
-      : layout_(std::move(layout)), ids_(ids), last_cap_(last_cap), seccomp_(std::move(seccomp)) {}
+  SandboxFactory(std::unique_ptr<HostSetup> host, const SeccompProgram* seccomp)
+      : host_(std::move(host)), seccomp_(seccomp) {}
 
   std::string init_path_;
   UniqueFd init_fd_;  // O_PATH of init_path_
-  const CgroupLayout layout_;
-  const IdMapping ids_;
-  const int last_cap_;
-  const SeccompProgram seccomp_;
+  const std::unique_ptr<const HostSetup> host_;
+  const SeccompProgram* const seccomp_;  // host_'s, without the creation guard's calls
 };
 
 }  // namespace moat::sandbox

@@ -17,11 +17,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "sandbox/child_failure.h"
+#include "util/child_failure.h"
 #include "sandbox/idmap.h"
-#include "sandbox/util/errno_status.h"
-#include "sandbox/util/paths.h"
-#include "sandbox/util/status_macros.h"
+#include "util/errno_status.h"
+#include "util/paths.h"
+#include "util/status_macros.h"
 
 namespace moat::sandbox {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <cerrno>
 
-#include "sandbox/child_failure.h"
+#include "util/child_failure.h"
 
 namespace moat::sandbox {
 

@@ -19,13 +19,12 @@
 #include "sandbox/caps.h"
 #include "sandbox/contain.h"
 #include "sandbox/creation_guard.h"
-#include "sandbox/protected_paths.h"
-#include "sandbox/rlimits.h"
+#include "sandbox/policy/protected_paths.h"
+#include "sandbox/prepare.h"
 #include "sandbox/spawn.h"
 #include "sandbox/supervisor.h"
-#include "sandbox/util/env.h"
-#include "sandbox/util/errno_status.h"
-#include "sandbox/util/status_macros.h"
+#include "util/errno_status.h"
+#include "util/status_macros.h"
 
 namespace moat::sandbox {
 namespace {
@@ -59,46 +58,19 @@ std::vector<ProtectedEntry> ProtectedEntriesFor(const MountOptions& mounts) {
   return IdentifyProtected(CreationProtection(readonly, roots));
 }
 
-constexpr char kSandboxPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
 }  // namespace
 
-std::vector<std::pair<std::string, std::string>> DefaultSandboxEnv() {
-  return {{"PATH", kSandboxPath}, {"HOME", "/tmp"},     {"TMPDIR", "/tmp"},
-          {"PWD", "/workspace"},  {"LANG", "C.UTF-8"},  {"USER", "root"},
-          {"LOGNAME", "root"},    {"HOSTNAME", "moat"}, {"TERM", "dumb"}};
-}
-
 absl::StatusOr<std::unique_ptr<Runner>> Runner::Create(const RunnerOptions& options) {
-  ASSIGN_OR_RETURN(CgroupLayout layout, DetectCgroupLayout());
-  // The v1 freezer only keeps KillAll safe from processes forking while they are killed; a
-  // sandbox's processes all die with its init (pid namespace) anyway. Leaving it out saves one
-  // hierarchy to create, join and remove on every run.
-  layout.v1_mounts.erase("freezer");
-  RETURN_IF_ERROR(PlanCgroup(layout).status());  // a missing controller fails here, early
+  ASSIGN_OR_RETURN(std::unique_ptr<HostSetup> host, HostSetup::Detect());
   // Now the slowest step of the first sandbox's setup: the next run's network namespace is made
   // on a thread of its own, and this one's too when no earlier run left one (netns_prep.h).
   std::unique_ptr<NetnsPool> pool;
   if (!options.netns_pool_dir.empty()) {
     pool = std::make_unique<NetnsPool>(options.netns_pool_dir, options.netns_pool_capacity);
   }
-  auto network = std::make_unique<NetworkPreparation>(CleanupAfter(layout), pool.get());
-  ASSIGN_OR_RETURN(IdMapping ids, DefaultIdMapping());
-  return std::unique_ptr<Runner>(
-      new Runner(std::move(layout), ids, LastCapability(), std::move(pool), std::move(network)));
-}
-
-absl::StatusOr<const SeccompProgram*> Runner::Seccomp(bool guard_creation) {
-  std::optional<SeccompProgram>& cached = seccomp_[guard_creation ? 1 : 0];
-  if (!cached) {
-    SeccompOptions options;
-    options.notify_violations = true;
-    options.guard_creation = guard_creation;
-    absl::StatusOr<SeccompProgram> program = SeccompProgram::Precompiled(options);
-    if (!program.ok()) program = SeccompProgram::Build(options);
-    ASSIGN_OR_RETURN(cached, std::move(program));
-  }
-  return &*cached;
+  auto network =
+      std::make_unique<NetworkPreparation>(CleanupAfter(host->cgroup_layout()), pool.get());
+  return std::unique_ptr<Runner>(new Runner(std::move(host), std::move(pool), std::move(network)));
 }
 
 absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
@@ -109,7 +81,7 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   // Its thread then removes what crashed runs left (CleanupAfter), off the command's path.
   std::unique_ptr<NetworkPreparation> network =
       network_ ? std::move(network_)
-               : std::make_unique<NetworkPreparation>(CleanupAfter(layout_), netns_pool_.get());
+               : std::make_unique<NetworkPreparation>(CleanupAfter(layout()), netns_pool_.get());
   // cgroups. On v2 the cgroup comes first: the child is created inside it. On v1 the warm-up
   // thread starts at once (see cgroup_prewarm.h) and then makes (or claims) the cgroup: that
   // needs the cgroup mutex, which the warm-up holds through its grace period, so on this thread
@@ -128,11 +100,11 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   std::atomic<bool> cgroup_claimed{false};
   absl::StatusOr<std::unique_ptr<Cgroup>> made = absl::UnknownError("no cgroup made ahead");
   std::unique_ptr<CgroupPrewarm> prewarm;
-  if (layout_.kind == CgroupLayout::Kind::kV2) {
-    ASSIGN_OR_RETURN(cgroup, Cgroup::Create(layout_, cgroup_name, limits));
+  if (layout().kind == CgroupLayout::Kind::kV2) {
+    ASSIGN_OR_RETURN(cgroup, Cgroup::Create(layout(), cgroup_name, limits));
   } else {
-    prewarm = CgroupPrewarm::Start(layout_, "/proc/self/cgroup", [&] {
-      if (!cgroup_claimed.exchange(true)) made = Cgroup::Create(layout_, cgroup_name, limits);
+    prewarm = CgroupPrewarm::Start(layout(), "/proc/self/cgroup", [&] {
+      if (!cgroup_claimed.exchange(true)) made = Cgroup::Create(layout(), cgroup_name, limits);
     });
   }
   const absl::Time cgroup_ready = absl::Now();
@@ -142,42 +114,21 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   std::vector<ProtectedGlob> protected_globs =
       IdentifyProtectedGlobs(request.deny_write_patterns, WritableRoots(request.mounts));
   ASSIGN_OR_RETURN(const SeccompProgram* seccomp,
-                   Seccomp(!protected_entries.empty() || !protected_globs.empty()));
+                   host_->Seccomp(!protected_entries.empty() || !protected_globs.empty()));
   const absl::Time seccomp_ready = absl::Now();
-  MountOptions mount_options = request.mounts;
-  mount_options.sandbox_ids = std::make_pair(ids_.host_uid, ids_.host_gid);
-  // Egress: everything that can fail is checked before clone (fail closed); the listeners are
-  // bound once the sandbox's network namespace exists (spawn's before_start).
-  std::unique_ptr<egress::EgressSession> egress;
-  if (request.egress) {
-    egress::EgressOptions options = *request.egress;
-    options.sandbox_id = cgroup_name;
-    ASSIGN_OR_RETURN(egress, egress::EgressSession::Create(options));
-    ASSIGN_OR_RETURN(std::string resolv_conf, egress::EgressSession::ResolvConf());
-    mount_options.file_overlays.emplace_back(resolv_conf, "/etc/resolv.conf");
-  }
-  ASSIGN_OR_RETURN(MountPlan mounts, MountPlan::Build(mount_options));
+  std::optional<egress::EgressOptions> egress_options = request.egress;
+  if (egress_options) egress_options->sandbox_id = cgroup_name;
+  ASSIGN_OR_RETURN(std::unique_ptr<PreparedSandbox> prepared,
+                   PrepareSandbox(*host_, {.mounts = &request.mounts,
+                                           .cpu_timeout = request.limits.cpu_timeout,
+                                           .egress = egress_options ? &*egress_options : nullptr,
+                                           .seccomp = seccomp,
+                                           .argv = request.argv,
+                                           .env = request.env}));
   const absl::Time planned = absl::Now();
-
-  ContainPlan plan;
-  plan.ids = ids_;
-  plan.mounts = &mounts;
-  plan.rlimits = PlanRlimits(request.limits.cpu_timeout);
-  plan.last_cap = last_cap_;
-  plan.argv_storage = request.argv;
-  std::vector<std::pair<std::string, std::string>> env = DefaultSandboxEnv();
-  std::vector<std::pair<std::string, std::string>> request_env;
-  if (egress) request_env = egress->Env();
-  request_env.insert(request_env.end(), request.env.begin(), request.env.end());
-  OverrideEnv(&env, request_env);
-  std::string path_value;
-  for (const auto& [name, value] : env) {
-    plan.env_storage.push_back(absl::StrCat(name, "=", value));
-    if (name == "PATH") path_value = value;
-  }
-  plan.search_path = path_value;
-  plan.seccomp = seccomp->fprog();
-  plan.seccomp_listener = seccomp->notifies();
+  MountPlan& mounts = prepared->mounts;
+  ContainPlan& plan = prepared->plan;
+  egress::EgressSession* egress = prepared->egress.get();
   plan.Finalize();
   ChildTrace* child_trace = request.trace ? ChildTrace::Create() : nullptr;
   auto unmap_trace = absl::MakeCleanup([child_trace] { ChildTrace::Destroy(child_trace); });
@@ -198,7 +149,7 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
       prewarm->Wait();
       ASSIGN_OR_RETURN(cgroup, std::move(made));
     } else {
-      ASSIGN_OR_RETURN(cgroup, Cgroup::Create(layout_, cgroup_name, limits));
+      ASSIGN_OR_RETURN(cgroup, Cgroup::Create(layout(), cgroup_name, limits));
     }
     return cgroup.get();
   };

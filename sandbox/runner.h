@@ -14,14 +14,16 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "sandbox/cgroup.h"
-#include "sandbox/cgroup_prewarm.h"
+#include "sandbox/cgroup/cgroup.h"
+#include "sandbox/cgroup/cgroup_prewarm.h"
 #include "sandbox/egress/sandbox_egress.h"
+#include "sandbox/host_setup.h"
 #include "sandbox/mounts.h"
-#include "sandbox/netns_prep.h"
-#include "sandbox/policy.h"
-#include "sandbox/result.h"
-#include "sandbox/seccomp_filter.h"
+#include "sandbox/netns/netns_prep.h"
+#include "sandbox/output/result.h"
+#include "sandbox/policy/policy.h"
+#include "sandbox/prepare.h"
+#include "sandbox/seccomp/seccomp_filter.h"
 #include "sandbox/userns.h"
 
 namespace moat::sandbox {
@@ -63,30 +65,19 @@ class Runner {
   // command did.
   absl::StatusOr<RunResult> Run(const RunRequest& request);
 
-  const CgroupLayout& cgroup_layout() const { return layout_; }
+  const CgroupLayout& cgroup_layout() const { return layout(); }
 
  private:
-  Runner(CgroupLayout layout, IdMapping ids, int last_cap, std::unique_ptr<NetnsPool> netns_pool,
+  Runner(std::unique_ptr<HostSetup> host, std::unique_ptr<NetnsPool> netns_pool,
          std::unique_ptr<NetworkPreparation> network)
-      : layout_(std::move(layout)),
-        ids_(ids),
-        last_cap_(last_cap),
-        netns_pool_(std::move(netns_pool)),
-        network_(std::move(network)) {}
+      : host_(std::move(host)), netns_pool_(std::move(netns_pool)), network_(std::move(network)) {}
 
-  // Built on first use, in the shadow of the cgroup warm-up (see Run).
-  absl::StatusOr<const SeccompProgram*> Seccomp(bool guard_creation);
+  const CgroupLayout& layout() const { return host_->cgroup_layout(); }
 
-  CgroupLayout layout_;
-  std::optional<SeccompProgram> seccomp_[2];  // without, with the creation guard's calls
-  IdMapping ids_;
-  int last_cap_;
+  std::unique_ptr<HostSetup> host_;
   uint64_t runs_ = 0;
   std::unique_ptr<NetnsPool> netns_pool_;        // null: none; outlives network_
   std::unique_ptr<NetworkPreparation> network_;  // for the next Run, if already started
 };
-
-// The environment every command starts with, before the policy's and the request's variables.
-std::vector<std::pair<std::string, std::string>> DefaultSandboxEnv();
 
 }  // namespace moat::sandbox

@@ -18,10 +18,10 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "sandbox/child_failure.h"
-#include "sandbox/util/errno_status.h"
-#include "sandbox/util/fd_passing.h"
-#include "sandbox/util/status_macros.h"
+#include "util/child_failure.h"
+#include "util/errno_status.h"
+#include "util/fd_passing.h"
+#include "util/status_macros.h"
 
 namespace moat::sandbox {
 namespace {

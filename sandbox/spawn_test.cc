@@ -14,9 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "sandbox/caps.h"
-#include "sandbox/cgroup_v2.h"
+#include "sandbox/cgroup/cgroup_v2.h"
 #include "sandbox/host_view.h"
-#include "sandbox/netns_prep.h"
+#include "sandbox/netns/netns_prep.h"
 #include "sandbox/rlimits.h"
 #include "sandbox/supervisor.h"
 

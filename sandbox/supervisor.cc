@@ -16,8 +16,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "sandbox/seccomp_notify.h"
-#include "sandbox/util/errno_status.h"
+#include "sandbox/seccomp/seccomp_notify.h"
+#include "util/errno_status.h"
 
 namespace moat::sandbox {
 namespace {

@@ -4,11 +4,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "sandbox/cgroup.h"
+#include "sandbox/cgroup/cgroup.h"
 #include "sandbox/creation_guard.h"
-#include "sandbox/result.h"
-#include "sandbox/sanitizer.h"
-#include "sandbox/seccomp_filter.h"
+#include "sandbox/output/result.h"
+#include "sandbox/output/sanitizer.h"
+#include "sandbox/seccomp/seccomp_filter.h"
 #include "sandbox/spawn.h"
 
 namespace moat::sandbox {

@@ -5,9 +5,9 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
-#include "sandbox/child_failure.h"
-#include "sandbox/util/errno_status.h"
-#include "sandbox/util/status_macros.h"
+#include "util/child_failure.h"
+#include "util/errno_status.h"
+#include "util/status_macros.h"
 
 namespace moat::sandbox {
 namespace {

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "sandbox/cgroup_fs.h"
+#include "sandbox/cgroup/cgroup_fs.h"
 
 namespace moat::agent::probe {
 

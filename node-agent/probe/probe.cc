@@ -14,10 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "sandbox/cgroup_fs.h"
-#include "sandbox/seccomp_notify.h"
-#include "sandbox/util/errno_status.h"
-#include "sandbox/util/status_macros.h"
+#include "sandbox/cgroup/cgroup_fs.h"
+#include "sandbox/seccomp/seccomp_notify.h"
+#include "util/errno_status.h"
+#include "util/status_macros.h"
 
 namespace moat::agent::probe {
 namespace {

@@ -16,13 +16,16 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "node-agent/probe/cgroup_watch.h"
 #include "node-agent/probe/mount_watch.h"
 #include "node-agent/probe/probe_config.h"
 #include "node-agent/probe/report_channel.h"
-#include "sandbox/util/unique_fd.h"
+#include "sandbox/cgroup/cgroup_watch.h"
+#include "util/unique_fd.h"
 
 namespace moat::agent::probe {
+
+using sandbox::CgroupSample;
+using sandbox::CgroupWatch;
 
 class Probe {
  public:

@@ -20,12 +20,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "node-agent/clock.h"
-#include "node-agent/probe_monitor.h"
-#include "sandbox/cgroup.h"
-#include "sandbox/seccomp_filter.h"
-#include "sandbox/util/self_path.h"
-#include "sandbox/util/unique_fd.h"
+#include "util/clock.h"
+#include "node-agent/probe/probe_monitor.h"
+#include "sandbox/cgroup/cgroup.h"
+#include "sandbox/seccomp/seccomp_filter.h"
+#include "util/self_path.h"
+#include "util/unique_fd.h"
 
 namespace moat::agent {
 namespace {

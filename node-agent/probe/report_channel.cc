@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <utility>
 
-#include "sandbox/util/errno_status.h"
+#include "util/errno_status.h"
 
 namespace moat::agent::probe {
 

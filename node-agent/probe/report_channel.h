@@ -18,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
-#include "sandbox/util/unique_fd.h"
+#include "util/unique_fd.h"
 
 namespace moat::agent::probe {
 

@@ -9,8 +9,8 @@
 #include "nlohmann/json.hpp"
 #include "sandbox/cli/run_command.h"
 #include "sandbox/cli/run_flags.h"
-#include "sandbox/policy.h"
-#include "sandbox/units.h"
+#include "sandbox/policy/policy.h"
+#include "util/units.h"
 
 namespace moat::cli {
 namespace {
@@ -73,18 +73,18 @@ void PrintText(const sandbox::Policy& p, const sandbox::PolicyOrigins& o) {
       std::printf("  %-49s %s\n", v.c_str(), from.c_str());
     }
   };
-  line("limits.memory", sandbox::FormatSize(p.limits.memory_bytes));
+  line("limits.memory", FormatSize(p.limits.memory_bytes));
   line("limits.pids", absl::StrCat(p.limits.pids));
   line("limits.cpus", absl::StrFormat("%g", p.limits.cpus));
   line("limits.cpuTimeout", absl::FormatDuration(p.limits.cpu_timeout));
   line("limits.wallTimeout", absl::FormatDuration(p.limits.wall_timeout));
-  line("limits.tmpfsSize", sandbox::FormatSize(p.limits.tmpfs_bytes));
+  line("limits.tmpfsSize", FormatSize(p.limits.tmpfs_bytes));
   list("network.allowedDomains", p.allowed_domains);
   list("network.deniedDomains", p.denied_domains);
   list("network.allowedCidrs", p.allowed_cidrs);
   list("network.dnsServers", p.dns_servers);
   line("network.transparent", p.transparent ? "true" : "false");
-  line("network.maxRequestBodyBytes", sandbox::FormatSize(p.egress.max_request_body_bytes));
+  line("network.maxRequestBodyBytes", FormatSize(p.egress.max_request_body_bytes));
   line("network.requestsPerMinute", absl::StrCat(p.egress.requests_per_minute));
   list("filesystem.denyRead", p.deny_read);
   list("filesystem.allowWrite", p.allow_write);

@@ -13,10 +13,11 @@
 #include "absl/strings/str_format.h"
 #include "sandbox/cli/run_flags.h"
 #include "sandbox/host_view.h"
-#include "sandbox/policy.h"
+#include "sandbox/isolation.h"
+#include "sandbox/policy/policy.h"
 #include "sandbox/runner.h"
-#include "sandbox/units.h"
-#include "sandbox/util/status_macros.h"
+#include "util/status_macros.h"
+#include "util/units.h"
 
 namespace moat::cli {
 namespace {
@@ -49,18 +50,17 @@ absl::StatusOr<sandbox::RunRequest> BuildRequest(const RunFlags& flags) {
   if (flags.audit_log) {
     ASSIGN_OR_RETURN(audit_log, sandbox::ResolvePolicyPath(*flags.audit_log, inputs.invocation));
   }
-  sandbox::HostContext host = sandbox::CurrentHostContext();
-  host.home = sources.paths.home;
-  std::optional<std::string> workspace;
+  sandbox::IsolationInputs isolation_inputs;
+  isolation_inputs.host = sandbox::CurrentHostContext();
+  isolation_inputs.host.home = sources.paths.home;
   if (flags.workspace) {
     // Made absolute without resolving symlinks: the mount plan refuses paths through a symlink.
-    ASSIGN_OR_RETURN(workspace, sandbox::ResolvePolicyPath(*flags.workspace, inputs.invocation));
+    ASSIGN_OR_RETURN(isolation_inputs.workspace,
+                     sandbox::ResolvePolicyPath(*flags.workspace, inputs.invocation));
   }
-  ASSIGN_OR_RETURN(sandbox::MountOptions mounts,
-                   sandbox::MountOptionsFor(policy, host, workspace, working_dir));
-  // The audit log is the supervisor's record of what the sandbox did: it must not read it.
-  mounts.hidden_paths.push_back(egress::kStateDir);
-  if (audit_log) mounts.hidden_paths.push_back(*audit_log);
+  isolation_inputs.working_dir = working_dir;
+  isolation_inputs.audit_log = std::move(audit_log);
+  ASSIGN_OR_RETURN(sandbox::Isolation isolation, sandbox::IsolationFor(policy, isolation_inputs));
 
   sandbox::RunRequest request;
   request.argv = flags.command;
@@ -69,11 +69,8 @@ absl::StatusOr<sandbox::RunRequest> BuildRequest(const RunFlags& flags) {
   request.notes = policy.notes;
   if (working_dir) request.env.emplace_back("PWD", *working_dir);
   request.limits = policy.limits;
-  if (!policy.allowed_domains.empty()) {
-    // No allowed domain, no network: the sandbox keeps only its loopback and no proxy runs.
-    request.egress = egress::EgressOptionsFor(policy, audit_log.value_or(egress::kDefaultAuditLog));
-  }
-  request.mounts = std::move(mounts);
+  request.egress = std::move(isolation.egress);
+  request.mounts = std::move(isolation.mounts);
   request.capture = flags.json;
   const char* trace = std::getenv("MOAT_TRACE");
   request.trace = trace != nullptr && *trace != '\0' && std::string(trace) != "0";
@@ -95,7 +92,7 @@ void ExplainEnding(const sandbox::RunResult& r, const sandbox::RunRequest& reque
       break;
     case sandbox::RunStatus::kOomKilled:
       std::fprintf(stderr, "moat: memory limit (%s) reached; the command was killed\n",
-                   sandbox::FormatSize(request.limits.memory_bytes).c_str());
+                   FormatSize(request.limits.memory_bytes).c_str());
       break;
     default:
       break;

@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "sandbox/cli/run_flags.h"
-#include "sandbox/policy.h"
+#include "sandbox/policy/policy.h"
 
 namespace moat::cli {
 

@@ -2,8 +2,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "sandbox/units.h"
-#include "sandbox/util/status_macros.h"
+#include "util/units.h"
+#include "util/status_macros.h"
 
 namespace moat::cli {
 
@@ -108,12 +108,12 @@ absl::StatusOr<RunFlags> ParseRunFlags(const std::vector<std::string>& args,
       if (value->empty()) return absl::InvalidArgumentError("--workspace needs a directory");
       flags.workspace = *value;
     } else if (name == "--memory") {
-      absl::StatusOr<uint64_t> v = sandbox::ParseSize(*value);
+      absl::StatusOr<uint64_t> v = ParseSize(*value);
       if (!v.ok()) return BadValue(name, v.status());
       if (absl::Status ok = sandbox::ValidateMemory(*v); !ok.ok()) return BadValue(name, ok);
       l.memory_bytes = *v;
     } else if (name == "--tmpfs-size") {
-      absl::StatusOr<uint64_t> v = sandbox::ParseSize(*value);
+      absl::StatusOr<uint64_t> v = ParseSize(*value);
       if (!v.ok()) return BadValue(name, v.status());
       if (absl::Status ok = sandbox::ValidateTmpfsSize(*v); !ok.ok()) return BadValue(name, ok);
       l.tmpfs_bytes = *v;
@@ -127,11 +127,11 @@ absl::StatusOr<RunFlags> ParseRunFlags(const std::vector<std::string>& args,
       if (absl::Status ok = sandbox::ValidatePids(n); !ok.ok()) return BadValue(name, ok);
       l.pids = n;
     } else if (name == "--cpus") {
-      absl::StatusOr<double> v = sandbox::ParseCpus(*value);
+      absl::StatusOr<double> v = ParseCpus(*value);
       if (!v.ok()) return BadValue(name, v.status());
       l.cpus = *v;
     } else if (name == "--cpu-timeout" || name == "--wall-timeout") {
-      absl::StatusOr<absl::Duration> v = sandbox::ParseDuration(*value);
+      absl::StatusOr<absl::Duration> v = ParseDuration(*value);
       if (!v.ok()) return BadValue(name, v.status());
       if (absl::Status ok = sandbox::ValidateTimeout(*v); !ok.ok()) return BadValue(name, ok);
       (name == "--cpu-timeout" ? l.cpu_timeout : l.wall_timeout) = *v;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "sandbox/policy.h"
+#include "sandbox/policy/policy.h"
 
 namespace moat::cli {
 

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
-#include "sandbox/util/errno_status.h"
+#include "util/errno_status.h"
 
 namespace moat::egress {
 

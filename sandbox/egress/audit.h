@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "sandbox/util/unique_fd.h"
+#include "util/unique_fd.h"
 
 namespace moat::egress {
 

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "sandbox/egress/ip_address.h"
+#include "sandbox/values/ip_address.h"
 #include "sandbox/egress/rate_limiter.h"
 #include "sandbox/egress/resolver.h"
 #include "sandbox/egress/rules.h"

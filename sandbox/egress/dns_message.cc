@@ -13,7 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "sandbox/util/status_macros.h"
+#include "util/status_macros.h"
 
 namespace moat::egress {
 namespace {

@@ -9,7 +9,7 @@
 #include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "sandbox/egress/ip_address.h"
+#include "sandbox/values/ip_address.h"
 #include "sandbox/testing/ip_literals.h"
 
 namespace moat::egress {

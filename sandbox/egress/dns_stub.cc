@@ -21,7 +21,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "sandbox/egress/dns_message.h"
-#include "sandbox/util/unique_fd.h"
+#include "util/unique_fd.h"
 
 namespace moat::egress {
 namespace {

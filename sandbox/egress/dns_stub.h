@@ -14,8 +14,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "sandbox/egress/dns_message.h"
-#include "sandbox/egress/ip_address.h"
-#include "sandbox/util/unique_fd.h"
+#include "sandbox/values/ip_address.h"
+#include "util/unique_fd.h"
 
 namespace moat::egress {
 

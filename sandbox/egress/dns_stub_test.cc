@@ -21,9 +21,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sandbox/egress/dns_message.h"
-#include "sandbox/egress/ip_address.h"
+#include "sandbox/values/ip_address.h"
 #include "sandbox/testing/ip_literals.h"
-#include "sandbox/util/unique_fd.h"
+#include "util/unique_fd.h"
 
 namespace moat::egress {
 namespace {

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "sandbox/util/errno_status.h"
+#include "util/errno_status.h"
 
 namespace moat::egress {
 namespace {

@@ -9,8 +9,8 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "sandbox/egress/ip_address.h"
-#include "sandbox/util/unique_fd.h"
+#include "sandbox/values/ip_address.h"
+#include "util/unique_fd.h"
 
 namespace moat::egress {
 

@@ -24,8 +24,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "sandbox/egress/doors.h"
-#include "sandbox/util/errno_status.h"
-#include "sandbox/util/status_macros.h"
+#include "util/errno_status.h"
+#include "util/status_macros.h"
 
 namespace moat::egress {
 namespace {

@@ -12,7 +12,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "sandbox/util/unique_fd.h"
+#include "util/unique_fd.h"
 
 namespace moat::egress {
 namespace {

@@ -13,7 +13,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "sandbox/testing/read_to_eof.h"
-#include "sandbox/util/unique_fd.h"
+#include "util/unique_fd.h"
 
 namespace moat::egress {
 namespace {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "sandbox/domain_pattern.h"
+#include "sandbox/values/domain_pattern.h"
 #include "sandbox/egress/target.h"
 
 namespace moat::egress {

@@ -16,9 +16,9 @@
 #include "sandbox/egress/rate_limiter.h"
 #include "sandbox/egress/sk_lookup.h"
 #include "sandbox/egress/target.h"
-#include "sandbox/net.h"
-#include "sandbox/util/errno_status.h"
-#include "sandbox/util/status_macros.h"
+#include "sandbox/netns/net.h"
+#include "util/errno_status.h"
+#include "util/status_macros.h"
 
 namespace moat::egress {
 namespace {
@@ -384,19 +384,6 @@ std::vector<sandbox::Violation> EgressSession::Finish() {
   if (proxy_) proxy_->Stop();
   steering_.reset();
   return recorder_ ? recorder_->Take() : std::vector<sandbox::Violation>{};
-}
-
-EgressOptions EgressOptionsFor(const sandbox::Policy& policy, const std::string& audit_log) {
-  EgressOptions e;
-  e.allowed_domains = policy.allowed_domains;
-  e.denied_domains = policy.denied_domains;
-  e.allowed_cidrs = policy.allowed_cidrs;
-  e.dns_servers = policy.dns_servers;
-  e.max_request_body_bytes = policy.egress.max_request_body_bytes;
-  e.requests_per_minute = policy.egress.requests_per_minute;
-  e.transparent = policy.transparent;
-  e.audit_log = audit_log;
-  return e;
 }
 
 }  // namespace moat::egress

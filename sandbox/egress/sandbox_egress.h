@@ -24,15 +24,14 @@
 #include "absl/synchronization/mutex.h"
 #include "sandbox/egress/audit.h"
 #include "sandbox/egress/dns_stub.h"
-#include "sandbox/egress/ip_address.h"
 #include "sandbox/egress/proxy.h"
 #include "sandbox/egress/rate_limiter.h"
 #include "sandbox/egress/resolver.h"
 #include "sandbox/egress/rules.h"
 #include "sandbox/egress/sk_lookup.h"
-#include "sandbox/policy.h"
-#include "sandbox/result.h"
-#include "sandbox/util/unique_fd.h"
+#include "sandbox/output/result.h"
+#include "sandbox/values/ip_address.h"
+#include "util/unique_fd.h"
 
 namespace moat::egress {
 
@@ -58,10 +57,6 @@ struct EgressOptions {
   // and the audit line's gist. For a daemon's metrics and events; must not block.
   std::function<void(bool allowed, const std::string& detail)> observer;
 };
-
-// The options of a sandbox whose policy allows domains: the policy's network settings, the
-// audit log. Callers add the sandbox's id and anything of their own (an observer).
-EgressOptions EgressOptionsFor(const sandbox::Policy& policy, const std::string& audit_log);
 
 class EgressSession {
  public:

@@ -17,7 +17,7 @@
 #include "sandbox/egress/sha256.h"
 #include "sandbox/egress/socks5.h"
 #include "sandbox/egress/target.h"
-#include "sandbox/util/unique_fd.h"
+#include "util/unique_fd.h"
 
 namespace moat::egress {
 

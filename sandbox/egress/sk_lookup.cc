@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "sandbox/util/errno_status.h"
+#include "util/errno_status.h"
 
 namespace moat::egress {
 namespace {

@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "sandbox/util/unique_fd.h"
+#include "util/unique_fd.h"
 
 namespace moat::egress {
 

@@ -13,8 +13,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "sandbox/egress/ip_address.h"
-#include "sandbox/util/unique_fd.h"
+#include "sandbox/values/ip_address.h"
+#include "util/unique_fd.h"
 
 namespace moat::egress {
 

@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "sandbox/egress/ip_address.h"
+#include "sandbox/values/ip_address.h"
 
 namespace moat::egress {
 

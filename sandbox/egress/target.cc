@@ -10,9 +10,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "sandbox/domain_pattern.h"
-#include "sandbox/units.h"
-#include "sandbox/util/status_macros.h"
+#include "sandbox/values/domain_pattern.h"
+#include "util/units.h"
+#include "util/status_macros.h"
 
 namespace moat::egress {
 namespace {
@@ -21,7 +21,7 @@ constexpr size_t kMaxHostLength = 253;  // RFC 1035 2.3.4, without the trailing 
 
 absl::Status Invalid(absl::string_view host, absl::string_view why) {
   return absl::InvalidArgumentError(
-      absl::StrCat("invalid host ", sandbox::QuoteForMessage(host), ": ", why));
+      absl::StrCat("invalid host ", QuoteForMessage(host), ": ", why));
 }
 
 // The first byte that no host (name, IPv4 or bracketed IPv6 literal) may contain, described for
@@ -158,14 +158,14 @@ absl::StatusOr<CanonicalHost> CanonicalizeIpv6(absl::string_view raw) {
 absl::StatusOr<uint16_t> ParsePort(absl::string_view port, absl::string_view authority) {
   if (!AllDigits(port) || port.size() > 5 || port[0] == '0') {
     return absl::InvalidArgumentError(
-        absl::StrCat("invalid port in ", sandbox::QuoteForMessage(authority),
+        absl::StrCat("invalid port in ", QuoteForMessage(authority),
                      ": it must be a decimal number from 1 to 65535"));
   }
   uint32_t value = 0;
   for (char c : port) value = value * 10 + static_cast<uint32_t>(c - '0');
   if (value > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "invalid port in ", sandbox::QuoteForMessage(authority), ": it is over 65535"));
+        "invalid port in ", QuoteForMessage(authority), ": it is over 65535"));
   }
   return static_cast<uint16_t>(value);
 }
@@ -221,7 +221,7 @@ absl::StatusOr<HostPort> ParseAuthority(absl::string_view authority, uint16_t de
     ASSIGN_OR_RETURN(out.port, ParsePort(*port_text, authority));
   } else if (default_port == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "invalid authority ", sandbox::QuoteForMessage(authority), ": a port is required"));
+        "invalid authority ", QuoteForMessage(authority), ": a port is required"));
   } else {
     out.port = default_port;
   }

@@ -10,7 +10,7 @@
 #include "sandbox/egress/doors.h"
 #include "sandbox/egress/proxy.h"
 #include "sandbox/egress/target.h"
-#include "sandbox/util/errno_status.h"
+#include "util/errno_status.h"
 
 namespace moat::egress {
 

@@ -5,7 +5,7 @@
 #include <array>
 #include <cstdint>
 
-#include "sandbox/egress/ip_address.h"
+#include "sandbox/values/ip_address.h"
 
 namespace moat::egress::testing {
 

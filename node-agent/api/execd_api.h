@@ -1,0 +1,116 @@
+// The per-sandbox API: OpenSandbox's execd API for commands and files
+// (../shared/specs/opensandbox/execd-api.yaml), served by the agent under
+// /v1/sandboxes/{id}/execd, outside the sandbox. Every route goes through SandboxBackend; the
+// sandbox's token was already checked by HttpApi (Authorized). docs/execd.md shows its use.
+//
+//   POST   /command                  run; output as SSE (init, stdout, stderr, error,
+//                                    execution_complete, ping), or background: init only
+//   DELETE /command?id=              interrupt
+//   GET    /command/status/{cmd}     state, exit code, error, times
+//   GET    /command/{cmd}/logs       cleaned output as text; ?cursor= line to read from
+//   GET    /files/info?path=...      stat       DELETE /files?path=...        remove files
+//   POST   /files/mv                 move       GET    /files/search          glob
+//   POST   /files/upload             multipart  GET    /files/download        with Range
+//   POST   /files/replace            text replacement
+//   POST   /files/permissions        501: the backend cannot change modes or owners
+//   POST   /directories              mkdir -p   DELETE /directories?path=...  rm -r
+//   GET    /directories/list         with depth
+//
+// Errors are {"error": {"code", "message"}} as in the node API (api_json.h).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "node-agent/backend/backend.h"
+#include "util/clock.h"
+#include "node-agent/api/command_table.h"
+#include "node-agent/metrics.h"
+#include "node-agent/pool/registry.h"
+
+namespace httplib {
+class DataSink;
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace moat::agent {
+
+struct ExecdOptions {
+  uint64_t max_upload_bytes = 64 << 20;  // Sum of the files of one upload; above it: 413.
+  size_t max_search_results = 1000;      // /files/search stops there (header X-Moat-Truncated).
+  size_t max_walk_entries = 100000;      // Entries a search or deep listing may visit.
+  size_t max_list_entries = 10000;       // /directories/list stops there.
+  int max_list_depth = 32;
+  uint64_t max_replace_file_bytes = 16 << 20;  // /files/replace reads the whole file.
+  uint64_t download_piece_bytes = 1 << 20;     // Downloads go through ReadFile in such pieces.
+  absl::Duration interrupt_grace = absl::Seconds(2);        // SIGINT, then SIGKILL after this.
+  absl::Duration metrics_sample = absl::Milliseconds(100);  // GET /metrics: CPU over this long.
+  absl::Duration metrics_interval = absl::Seconds(1);       // /metrics/watch: one event each.
+  absl::Duration keepalive = absl::Seconds(3);  // A "ping" event on a silent stream (as execd).
+  // How often a waiting stream checks that its sandbox still exists, and how long it waits for
+  // the exit of a command whose sandbox is gone before it ends the stream itself.
+  absl::Duration poll = absl::Milliseconds(250);
+  absl::Duration gone_grace = absl::Seconds(5);
+  // A streaming command holds one HTTP thread for as long as it runs, so the server needs
+  // more threads than httplib's default (8) for everything else to stay served.
+  size_t http_threads = 64;
+  CommandTableOptions commands;
+};
+
+class ExecdApi {
+ public:
+  // All pointers must outlive the ExecdApi; backend callbacks that come after it is destroyed
+  // only update their command (they hold it) and touch nothing else.
+  ExecdApi(SandboxBackend* backend, Registry* registry, AgentMetrics* metrics, const Clock* clock,
+           ExecdOptions options);
+  ~ExecdApi();
+  ExecdApi(const ExecdApi&) = delete;
+  ExecdApi& operator=(const ExecdApi&) = delete;
+
+  // Adds the routes (except /ping, which HttpApi serves) to `server`.
+  void RegisterRoutes(httplib::Server& server);
+  // The sandbox was deleted: forget its commands.
+  void ForgetSandbox(absl::string_view sandbox_id);
+  // Before the server stops: streams end within `poll` instead of when their command does
+  // (the commands go on; their status and logs stay).
+  void StopStreams() { stopping_ = true; }
+  // For HttpApi's body limits: is this request an upload, which may be up to max_upload_bytes?
+  static bool IsUpload(const httplib::Request& req);
+
+  const ExecdOptions& options() const { return options_; }
+  CommandTable& commands() { return commands_; }
+
+ private:
+  class Hooks;
+  struct Stream;
+
+  void RegisterCommandRoutes(httplib::Server& server);
+  void RegisterFileRoutes(httplib::Server& server);  // In execd_api_files.cc.
+  void RegisterMetricsRoutes(httplib::Server& server);
+  void RunCommand(const httplib::Request& req, httplib::Response& res);
+  void Download(const httplib::Request& req, httplib::Response& res);
+  void Upload(const httplib::Request& req, httplib::Response& res);
+  void Search(const httplib::Request& req, httplib::Response& res);
+  void ListDirectory(const httplib::Request& req, httplib::Response& res);
+  void Replace(const httplib::Request& req, httplib::Response& res);
+  bool WriteStreamEvents(Stream& stream, httplib::DataSink& sink);
+  // Forgets commands of sandboxes that no longer exist (deleted by expiry, which does not go
+  // through ForgetSandbox).
+  void SweepGoneSandboxes();
+
+  SandboxBackend* backend_;
+  Registry* registry_;
+  const Clock* clock_;
+  const ExecdOptions options_;
+  CommandTable commands_;
+  std::shared_ptr<Hooks> hooks_;
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace moat::agent

@@ -1,0 +1,327 @@
+#include "node-agent/api/http_api.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <exception>
+#include <regex>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "node-agent/api/api_json.h"
+#include "node-agent/api/execd_api.h"
+#include "node-agent/api/http_connection.h"
+#include "util/log.h"
+#include "util/token.h"
+
+namespace moat::agent {
+namespace {
+
+constexpr char kJson[] = "application/json";
+// The per-sandbox API lives under this suffix of a sandbox's path.
+constexpr char kSandboxPrefix[] = "/v1/sandboxes/";
+constexpr char kExecdInfix[] = "/execd/";
+
+void SendError(httplib::Response& res, int http_status, absl::string_view message) {
+  res.status = http_status;
+  res.set_content(ErrorBody(ErrorCodeFor(http_status), message), kJson);
+}
+
+void SendStatus(httplib::Response& res, const absl::Status& status) {
+  SendError(res, HttpStatusFor(status), status.message());
+}
+
+void SendJson(httplib::Response& res, int http_status, const nlohmann::json& body) {
+  res.status = http_status;
+  res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), kJson);
+}
+
+// The id in the path, or a 400 if it is not one we could have made (it is never used to build
+// a path or name, but an early, clear answer beats a confusing 404).
+bool PathId(const httplib::Request& req, httplib::Response& res, std::string* id) {
+  *id = req.matches[1].str();
+  if (!IsValidSandboxId(*id)) {
+    SendError(res, 400,
+              "invalid sandbox id: ids are \"sb-\" and lower-case letters, digits or dashes");
+    return false;
+  }
+  return true;
+}
+
+// A header name or value with a control byte: a 400, never a value cut short. On the plain
+// server the raw head was checked as it was read (http_connection.h); the parsed headers are
+// checked too, for the TLS server, where httplib's own loop reads the head.
+bool HeadersWellFormed(const httplib::Request& req, httplib::Response& res) {
+  bool bad = ConnectionServer::CurrentRequestMalformed();
+  for (const auto& [name, value] : req.headers) {
+    for (absl::string_view text : {absl::string_view(name), absl::string_view(value)}) {
+      for (char ch : text) {
+        const unsigned char c = static_cast<unsigned char>(ch);
+        if ((c < 0x20 && c != '\t') || c == 0x7f) bad = true;
+      }
+    }
+  }
+  if (!bad) return true;
+  res.set_header("Connection", "close");
+  SendError(res, 400,
+            "a header of the request holds a NUL or other control byte; header names and "
+            "values are visible text, spaces and tabs only");
+  return false;
+}
+
+// For /v1/sandboxes/{id}/execd/...: the {id}; empty for every other path.
+absl::string_view ExecdSandboxId(absl::string_view path) {
+  if (!absl::ConsumePrefix(&path, kSandboxPrefix)) return {};
+  size_t slash = path.find('/');
+  if (slash == absl::string_view::npos) return {};
+  if (!absl::StartsWith(path.substr(slash), kExecdInfix)) return {};
+  return path.substr(0, slash);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(SandboxService* service,
+                                                         HttpApiOptions options) {
+  if (options.node_token.size() < 16) {
+    return absl::InvalidArgumentError("the node token must be at least 16 bytes");
+  }
+  std::unique_ptr<httplib::Server> server;
+  if (options.tls.has_value()) {
+    auto tls = std::make_unique<httplib::SSLServer>(options.tls->cert_file.c_str(),
+                                                    options.tls->key_file.c_str());
+    if (!tls->is_valid()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot load the TLS certificate \"", options.tls->cert_file, "\" or key \"",
+                       options.tls->key_file, "\"; check that both exist, are PEM and match"));
+    }
+    server = std::move(tls);
+  } else {
+    server = std::make_unique<ConnectionServer>();
+  }
+  std::unique_ptr<HttpApi> api(new HttpApi(service, std::move(options), std::move(server)));
+  api->Routes();
+  return api;
+}
+
+HttpApi::HttpApi(SandboxService* service, HttpApiOptions options,
+                 std::unique_ptr<httplib::Server> server)
+    : service_(service), options_(std::move(options)), server_(std::move(server)) {}
+
+HttpApi::~HttpApi() { Stop(); }
+
+bool HttpApi::Authorized(const httplib::Request& req, httplib::Response& res) const {
+  absl::string_view sandbox_id = ExecdSandboxId(req.path);
+  std::string bearer(BearerToken(req.get_header_value("Authorization")));
+  if (!sandbox_id.empty()) {
+    std::string token = req.get_header_value("X-EXECD-ACCESS-TOKEN");
+    if (token.empty()) token = bearer;
+    if (!token.empty() && service_->TokenMatches(sandbox_id, token)) return true;
+    SendError(res, 401,
+              "missing or wrong sandbox token: send the token from the create response in "
+              "X-EXECD-ACCESS-TOKEN");
+    return false;
+  }
+  if (!bearer.empty() && ConstantTimeEquals(bearer, options_.node_token)) return true;
+  res.set_header("WWW-Authenticate", "Bearer");
+  SendError(res, 401, "missing or wrong bearer token: send Authorization: Bearer <node token>");
+  return false;
+}
+
+// Multipart framing and metadata parts on top of an upload's file bytes.
+constexpr uint64_t kUploadFramingBytes = 1 << 20;
+
+bool HttpApi::WithinBodyLimit(const httplib::Request& req, httplib::Response& res) const {
+  bool upload = options_.execd != nullptr && ExecdApi::IsUpload(req);
+  uint64_t limit = upload ? options_.execd->options().max_upload_bytes + kUploadFramingBytes
+                          : options_.max_request_bytes;
+  // httplib's own cap is the largest of the two, so a chunked body (no length to check here)
+  // could pass it; only uploads may be chunked.
+  if (!upload && absl::StrContains(req.get_header_value("Transfer-Encoding"), "chunked") &&
+      limit < server_payload_limit_) {
+    res.set_header("Connection", "close");
+    SendError(res, 411, "send the body with a Content-Length, not chunked");
+    return false;
+  }
+  uint64_t length = 0;
+  if (!absl::SimpleAtoi(req.get_header_value("Content-Length"), &length) || length <= limit) {
+    return true;
+  }
+  res.set_header("Connection", "close");
+  SendError(res, 413,
+            upload ? absl::StrCat("the upload is larger than ", limit - kUploadFramingBytes,
+                                  " bytes (the agent's upload limit); send less per request")
+                   : absl::StrCat("the request body is larger than ", limit,
+                                  " bytes (the agent's api.max_request_bytes); send less"));
+  return false;
+}
+
+void HttpApi::Routes() {
+  httplib::Server& s = *server_;
+  server_payload_limit_ = options_.max_request_bytes;
+  if (options_.execd != nullptr) {
+    server_payload_limit_ = std::max<uint64_t>(
+        server_payload_limit_, options_.execd->options().max_upload_bytes + kUploadFramingBytes);
+  }
+  s.set_payload_max_length(server_payload_limit_);
+  // Small writes (SSE events, short JSON answers) go out at once: with Nagle's algorithm a
+  // response's second segment waits for the client's delayed ACK, 40 ms on Linux.
+  s.set_tcp_nodelay(true);
+  if (options_.execd != nullptr) {
+    s.new_task_queue = [n = options_.execd->options().http_threads] {
+      return new httplib::ThreadPool(n);
+    };
+  }
+  // httplib's default is SO_REUSEPORT, which lets a second agent (or any root process) bind the
+  // same port and silently take half the connections. SO_REUSEADDR alone still allows a quick
+  // restart (TIME_WAIT) but makes a second bind fail with EADDRINUSE.
+  s.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    return HeadersWellFormed(req, res) && Authorized(req, res) && WithinBodyLimit(req, res)
+               ? httplib::Server::HandlerResponse::Unhandled
+               : httplib::Server::HandlerResponse::Handled;
+  });
+  // httplib calls this for every response >= 400; ours already carry a JSON body, while its own
+  // (no route, body too large, bad request line) do not.
+  s.set_error_handler(httplib::Server::HandlerWithResponse(
+      [limit = options_.max_request_bytes](const httplib::Request&, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        std::string message =
+            res.status == 413
+                ? absl::StrCat("the request body is larger than ", limit,
+                               " bytes (the agent's api.max_request_bytes); send less")
+            : res.status == 404 ? "no such endpoint; see api/node-agent.yaml"
+            : res.status == 416 ? "bad Range header; give one range: bytes=first-last"
+                                : "bad request";
+        SendError(res, res.status, message);
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  s.set_exception_handler(
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown exception";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        LogError(absl::StrCat("handler for ", req.method, " ", req.path, " threw: ", what));
+        SendError(res, 500, "internal error; the agent's log has details");
+      });
+
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    absl::Status health = service_->Health();
+    if (!health.ok()) return SendError(res, 503, health.message());
+    SendJson(res, 200, {{"status", "ok"}});
+  });
+  // Recent events (violations, compromised sandboxes, limits), oldest first; ?after=SEQ gives
+  // those after the last one a reader saw, ?limit=N at most N (default and maximum 1000).
+  s.Get("/v1/events", [this](const httplib::Request& req, httplib::Response& res) {
+    uint64_t after = 0, limit = 1000;
+    if (req.has_param("after") && !absl::SimpleAtoi(req.get_param_value("after"), &after)) {
+      return SendError(res, 400, "query parameter \"after\" must be a non-negative integer");
+    }
+    if (req.has_param("limit") &&
+        (!absl::SimpleAtoi(req.get_param_value("limit"), &limit) || limit == 0 || limit > 1000)) {
+      return SendError(res, 400, "query parameter \"limit\" must be between 1 and 1000");
+    }
+    nlohmann::json events = nlohmann::json::array();
+    for (const AgentEvent& e : service_->events().Since(after, limit))
+      events.push_back(EventJson(e));
+    SendJson(res, 200, {{"events", events}});
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(service_->MetricsText(), "text/plain; version=0.0.4");
+  });
+  s.Post("/v1/sandboxes", [this](const httplib::Request& req, httplib::Response& res) {
+    absl::StatusOr<CreateRequest> request = ParseCreateRequest(req.body);
+    if (!request.ok()) return SendStatus(res, request.status());
+    absl::StatusOr<SandboxRecord> record = service_->Create(*request);
+    if (!record.ok()) return SendStatus(res, record.status());
+    SendJson(res, 201, SandboxJson(*record, /*with_token=*/true));
+  });
+  s.Get("/v1/sandboxes", [this](const httplib::Request&, httplib::Response& res) {
+    nlohmann::json items = nlohmann::json::array();
+    for (const SandboxRecord& record : service_->List()) {
+      items.push_back(SandboxJson(record, /*with_token=*/false));
+    }
+    SendJson(res, 200, {{"items", items}});
+  });
+  s.Get(R"(/v1/sandboxes/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    std::string id;
+    if (!PathId(req, res, &id)) return;
+    absl::StatusOr<SandboxRecord> record = service_->Get(id);
+    if (!record.ok()) return SendStatus(res, record.status());
+    SendJson(res, 200, SandboxJson(*record, /*with_token=*/false));
+  });
+  s.Delete(R"(/v1/sandboxes/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    std::string id;
+    if (!PathId(req, res, &id)) return;
+    absl::StatusOr<CleanupReport> report = service_->Delete(id);
+    if (!report.ok()) return SendStatus(res, report.status());
+    if (options_.execd != nullptr) options_.execd->ForgetSandbox(id);
+    SendJson(res, 200, {{"id", id}, {"cleanup", CleanupJson(*report)}});
+  });
+  s.Post(R"(/v1/sandboxes/([^/]+)/renew)",
+         [this](const httplib::Request& req, httplib::Response& res) {
+           std::string id;
+           if (!PathId(req, res, &id)) return;
+           absl::StatusOr<absl::Time> expires_at = ParseRenewRequest(req.body, service_->Now());
+           if (!expires_at.ok()) return SendStatus(res, expires_at.status());
+           absl::StatusOr<absl::Time> renewed = service_->Renew(id, *expires_at);
+           if (!renewed.ok()) return SendStatus(res, renewed.status());
+           SendJson(res, 200, {{"id", id}, {"expires_at", FormatApiTime(*renewed)}});
+         });
+  for (const char* verb : {"pause", "resume"}) {
+    const bool pause = std::string(verb) == "pause";
+    s.Post(absl::StrCat(R"(/v1/sandboxes/([^/]+)/)", verb),
+           [this, pause](const httplib::Request& req, httplib::Response& res) {
+             std::string id;
+             if (!PathId(req, res, &id)) return;
+             absl::StatusOr<SandboxRecord> record =
+                 pause ? service_->Pause(id) : service_->Resume(id);
+             if (!record.ok()) return SendStatus(res, record.status());
+             SendJson(res, 200, SandboxJson(*record, /*with_token=*/false));
+           });
+  }
+  // The per-sandbox API (execd) starts here; its authentication is done by Authorized().
+  s.Get(R"(/v1/sandboxes/([^/]+)/execd/ping)",
+        [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
+  if (options_.execd != nullptr) options_.execd->RegisterRoutes(s);
+}
+
+absl::StatusOr<int> HttpApi::Start(const std::string& address, int port) {
+  int bound = port;
+  if (port == 0) {
+    bound = server_->bind_to_any_port(address);
+  } else if (!server_->bind_to_port(address, port)) {
+    bound = -1;
+  }
+  if (bound <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", address, ":", port,
+                     "; is another process using the port, or is the address not local?"));
+  }
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  // httplib 0.11 has no wait_until_ready(); listen_after_bind sets is_running() first thing.
+  for (int i = 0; i < 5000 && !server_->is_running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  LogInfo(absl::StrCat("listening on ", address, ":", bound, options_.tls ? " (TLS)" : ""));
+  return bound;
+}
+
+void HttpApi::Stop() {
+  if (!thread_.joinable()) return;
+  // Streams of running commands would otherwise hold their threads, and stop(), until the
+  // commands end.
+  if (options_.execd != nullptr) options_.execd->StopStreams();
+  server_->stop();
+  thread_.join();
+}
+
+}  // namespace moat::agent

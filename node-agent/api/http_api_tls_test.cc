@@ -1,0 +1,71 @@
+// The API over TLS: a self-signed certificate made with the openssl command for the test.
+#include <httplib.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "node-agent/backend/fake_backend.h"
+#include "node-agent/api/http_api.h"
+#include "node-agent/testing/temp_dir.h"
+
+namespace moat::agent {
+namespace {
+
+constexpr char kNodeToken[] = "node-token-0123456789abcdef";
+
+TEST(HttpApiTlsTest, ServesHttpsWithTheConfiguredCertificate) {
+  if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "the openssl command is needed to make a test certificate";
+  }
+  testing::ScopedTempDir dir;
+  std::string cert = dir.File("agent_test.crt");
+  std::string key = dir.File("agent_test.key");
+  std::string make =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+      "-keyout " +
+      key + " -out " + cert + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(make.c_str()), 0);
+
+  AgentConfig config;
+  config.profiles = {ProfileConfig{"default"}};
+  FakeClock clock;
+  FakeBackend backend;
+  Registry registry(&clock);
+  AgentMetrics metrics({"default"});
+  SandboxService service(&config, &backend, &registry, &metrics, &clock);
+  auto api = HttpApi::Create(&service, HttpApiOptions{kNodeToken, 1 << 20, TlsConfig{cert, key}});
+  ASSERT_TRUE(api.ok()) << api.status();
+  auto port = (*api)->Start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok()) << port.status();
+
+  httplib::SSLClient client("127.0.0.1", *port);
+  client.set_ca_cert_path(cert.c_str());
+  client.enable_server_certificate_verification(true);
+  auto res = client.Get("/health", {{"Authorization", std::string("Bearer ") + kNodeToken}});
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+
+  // Plain HTTP to the TLS port gets no answer.
+  httplib::Client plain("127.0.0.1", *port);
+  plain.set_read_timeout(2);
+  auto plain_res = plain.Get("/health", {{"Authorization", std::string("Bearer ") + kNodeToken}});
+  EXPECT_TRUE(!plain_res || plain_res->status != 200);
+}
+
+TEST(HttpApiTlsTest, MissingCertificateIsAClearError) {
+  AgentConfig config;
+  FakeClock clock;
+  FakeBackend backend;
+  Registry registry(&clock);
+  AgentMetrics metrics({});
+  SandboxService service(&config, &backend, &registry, &metrics, &clock);
+  auto api = HttpApi::Create(
+      &service,
+      HttpApiOptions{kNodeToken, 1 << 20, TlsConfig{"/nonexistent.crt", "/nonexistent.key"}});
+  ASSERT_FALSE(api.ok());
+  EXPECT_NE(api.status().message().find("\"/nonexistent.crt\""), absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace moat::agent
