@@ -8,46 +8,15 @@ namespace moat {
 
 absl::StatusCode ErrnoToCode(int errno_value) {
   switch (errno_value) {
-    case 0:
-      return absl::StatusCode::kOk;
-    case EINVAL:
-    case ENAMETOOLONG:
-    case E2BIG:
-    case EDOM:
-    case EILSEQ:
-      return absl::StatusCode::kInvalidArgument;
-    case ENOENT:
-    case ENOTDIR:
-    case ESRCH:
-    case ENXIO:
+    // Where moat's callers need another answer than Abseil's:
+    case ENOTDIR:  // a component of a client's path is a file: the path does not exist (404)
       return absl::StatusCode::kNotFound;
-    case EEXIST:
-      return absl::StatusCode::kAlreadyExists;
-    case EPERM:
-    case EACCES:
-    case EROFS:
-      return absl::StatusCode::kPermissionDenied;
-    case ENOSPC:
-    case ENOMEM:
-    case EMFILE:
-    case ENFILE:
-    case EAGAIN:
-    case EUSERS:
+    case EAGAIN:  // a full queue or pipe, a pids limit: exhausted, retry later (429)
       return absl::StatusCode::kResourceExhausted;
-    case ENOSYS:
-    case EOPNOTSUPP:
-    case EAFNOSUPPORT:
-    case EPROTONOSUPPORT:
-      return absl::StatusCode::kUnimplemented;
-    case EBUSY:
-    case ENOTEMPTY:
-      return absl::StatusCode::kFailedPrecondition;
-    case ETIMEDOUT:
-      return absl::StatusCode::kDeadlineExceeded;
-    case EINTR:
+    case EINTR:  // an interrupted call was given up: aborted, not the service unavailable
       return absl::StatusCode::kAborted;
     default:
-      return absl::StatusCode::kUnknown;
+      return absl::ErrnoToStatusCode(errno_value);
   }
 }
 

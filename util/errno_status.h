@@ -8,7 +8,8 @@
 
 namespace moat {
 
-// Maps an errno value to the closest absl status code.
+// Maps an errno value to the closest absl status code: absl::ErrnoToStatusCode, except for
+// ENOTDIR (NotFound), EAGAIN (ResourceExhausted) and EINTR (Aborted).
 absl::StatusCode ErrnoToCode(int errno_value);
 
 // A status for a failed system call: "<what>: <strerror(errno)>", with a code derived from errno.
