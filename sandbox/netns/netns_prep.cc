@@ -84,9 +84,9 @@ absl::StatusOr<PreparedNetwork> AdoptNetwork(UniqueFd netns) {
 }
 
 NetworkPreparation::NetworkPreparation(std::function<absl::StatusOr<PreparedNetwork>(bool)> prepare,
-                                       std::function<void()> then, NetnsPool* pool)
+                                       std::function<void()> housekeeping, NetnsPool* pool)
     : prepare_(std::move(prepare)),
-      then_(std::move(then)),
+      housekeeping_(std::move(housekeeping)),
       pool_(pool),
       pooled_(pool != nullptr ? pool->Take() : absl::NotFoundError("no pool")),
       thread_([this] { Work(); }) {}
@@ -132,7 +132,7 @@ void NetworkPreparation::Work() {
     absl::StatusOr<PreparedNetwork> next = prepare_(/*with_sysfs=*/false);
     if (next.ok()) pool_->Add(next->netns.get()).IgnoreError();
   }
-  if (then_) then_();
+  if (housekeeping_) housekeeping_();
 }
 
 absl::StatusOr<PreparedNetwork> NetworkPreparation::Take() {

@@ -47,7 +47,7 @@ absl::StatusOr<PreparedNetwork> AdoptNetwork(UniqueFd netns);
 // A side thread, started at construction on another CPU, readies it (its sysfs), or makes this
 // run's namespace if the pool had none; once AllowRefill() says the sandbox is in its cgroup, it
 // makes one for the pool, so that the next run finds one ready. Then, on the same thread,
-// `then` (housekeeping that should not hold up the sandbox, and need not start a thread of its
+// `housekeeping` (work that should not hold up the sandbox, and need not start a thread of its
 // own).
 //
 // On a busy machine a new thread can wait milliseconds for a CPU (or not be made at all, under a
@@ -58,12 +58,13 @@ absl::StatusOr<PreparedNetwork> AdoptNetwork(UniqueFd netns);
 // it runs, then makes none for this run.
 class NetworkPreparation {
  public:
-  explicit NetworkPreparation(std::function<void()> then = nullptr, NetnsPool* pool = nullptr)
-      : NetworkPreparation(PrepareNetwork, std::move(then), pool) {}
+  explicit NetworkPreparation(std::function<void()> housekeeping = nullptr,
+                              NetnsPool* pool = nullptr)
+      : NetworkPreparation(PrepareNetwork, std::move(housekeeping), pool) {}
   // With another preparation (tests; its argument: with_sysfs). `pool` must outlive this object.
   NetworkPreparation(std::function<absl::StatusOr<PreparedNetwork>(bool)> prepare,
-                     std::function<void()> then, NetnsPool* pool = nullptr);
-  ~NetworkPreparation();  // joins: waits for the pool's namespace and `then` too
+                     std::function<void()> housekeeping, NetnsPool* pool = nullptr);
+  ~NetworkPreparation();  // joins: waits for the pool's namespace and `housekeeping` too
 
   NetworkPreparation(const NetworkPreparation&) = delete;
   NetworkPreparation& operator=(const NetworkPreparation&) = delete;
@@ -85,7 +86,7 @@ class NetworkPreparation {
   void Work();
 
   const std::function<absl::StatusOr<PreparedNetwork>(bool)> prepare_;
-  const std::function<void()> then_;
+  const std::function<void()> housekeeping_;
   NetnsPool* const pool_;
   // Claimed at construction, before the thread starts; then the thread's, or Take()'s if it
   // finds the thread not begun (went_ahead_).
