@@ -52,6 +52,11 @@ class HttpAgentClient final : public AgentClient {
                  {"env", request.env},
                  {"metadata", request.metadata},
                  {"ttl_seconds", std::max<int64_t>(1, absl::ToInt64Seconds(request.ttl))}};
+    json limits = json::object();
+    if (request.cpus > 0) limits["cpus"] = request.cpus;
+    if (request.memory_bytes > 0) limits["memory_bytes"] = request.memory_bytes;
+    if (!limits.empty()) body["limits"] = limits;
+    if (!request.policy.is_null()) body["policy"] = request.policy;
     auto client = Client(agent);
     auto res = client->Post("/v1/sandboxes", Headers(agent), body.dump(), "application/json");
     absl::Status status = FromHttp(res, "creating a sandbox");
@@ -92,6 +97,20 @@ class HttpAgentClient final : public AgentClient {
     return FromHttp(client->Post(absl::StrCat("/v1/sandboxes/", agent_id, "/renew"), Headers(agent),
                                  body.dump(), "application/json"),
                     "renewing a sandbox");
+  }
+
+  absl::Status Pause(const AgentEndpoint& agent, const std::string& agent_id) override {
+    auto client = Client(agent);
+    return FromHttp(client->Post(absl::StrCat("/v1/sandboxes/", agent_id, "/pause"), Headers(agent),
+                                 "", "application/json"),
+                    "pausing a sandbox");
+  }
+
+  absl::Status Resume(const AgentEndpoint& agent, const std::string& agent_id) override {
+    auto client = Client(agent);
+    return FromHttp(client->Post(absl::StrCat("/v1/sandboxes/", agent_id, "/resume"),
+                                 Headers(agent), "", "application/json"),
+                    "resuming a sandbox");
   }
 
  private:

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "controller/nodes.h"
+#include "nlohmann/json.hpp"
 
 namespace moat::controller {
 
@@ -19,6 +20,12 @@ struct AgentCreate {
   std::map<std::string, std::string> env;
   std::map<std::string, std::string> metadata;  // Carries the controller's id (kControllerIdKey).
   absl::Duration ttl;
+  // Tighter than the profile's (0: the profile's). Either this or a policy makes the agent start
+  // the sandbox cold: its warm pool holds sandboxes made with the profile's limits and policy.
+  double cpus = 0;
+  uint64_t memory_bytes = 0;
+  // A policy document (docs/policy.md) replacing the profile's; null: the profile's.
+  nlohmann::json policy;
 };
 
 struct AgentSandbox {
@@ -44,6 +51,9 @@ class AgentClient {
   // The agent ends the sandbox `ttl` from now (its own expiry, in case the controller is gone).
   virtual absl::Status Renew(const AgentEndpoint& agent, const std::string& agent_id,
                              absl::Duration ttl) = 0;
+  // The cgroup freezer: every process of the sandbox stops (Pause) or goes on (Resume).
+  virtual absl::Status Pause(const AgentEndpoint& agent, const std::string& agent_id) = 0;
+  virtual absl::Status Resume(const AgentEndpoint& agent, const std::string& agent_id) = 0;
 };
 
 // Over HTTP(S) with the agent's node token. Each call has `timeout`.

@@ -268,17 +268,30 @@ void HttpApi::NodeRoutes() {
     for (const NodeView& n : nodes_->List()) items.push_back(NodeJson(n));
     SendJson(res, 200, {{"items", items}});
   });
-  s.Post(R"(/v1/nodes/([^/]+)/(cordon|uncordon|drain))",
+  s.Post(R"(/v1/nodes/([^/]+)/(cordon|uncordon))",
          [this](const httplib::Request& req, httplib::Response& res) {
            std::string tenant;
            if (!Tenant(req, res, &tenant)) return;
            std::string name = req.matches[1].str(), verb = req.matches[2].str();
-           absl::Status st = verb == "drain"    ? nodes_->SetDraining(name)
-                             : verb == "cordon" ? nodes_->SetCordoned(name, true)
-                                                : nodes_->SetCordoned(name, false);
+           absl::Status st = nodes_->SetCordoned(name, verb == "cordon");
            if (!st.ok()) return SendStatus(res, st);
            SendJson(res, 200, NodeJson(*nodes_->Get(name)));
          });
+  // Drain: cordon, and end the node's sandboxes after the grace period (they cannot move).
+  s.Post(R"(/v1/nodes/([^/]+)/drain)", [this](const httplib::Request& req, httplib::Response& res) {
+    std::string tenant;
+    if (!Tenant(req, res, &tenant)) return;
+    absl::StatusOr<absl::Duration> grace = ParseDrain(req.body);
+    if (!grace.ok()) return SendStatus(res, grace.status());
+    std::string name = req.matches[1].str();
+    absl::StatusOr<DrainReport> report = sandboxes_->Drain(name, *grace);
+    if (!report.ok()) return SendStatus(res, report.status());
+    json out = NodeJson(*nodes_->Get(name));
+    out["drain"] = {{"ended", report->ended},
+                    {"remaining", report->remaining},
+                    {"endsAt", FormatApiTime(report->deadline)}};
+    SendJson(res, 200, out);
+  });
 }
 
 void HttpApi::LifecycleRoutes() {
@@ -344,17 +357,18 @@ void HttpApi::LifecycleRoutes() {
     if (!sb.ok()) return SendStatus(res, sb.status());
     SendJson(res, 200, SandboxJson(*sb));
   });
-  for (const char* verb : {"pause", "resume"}) {
-    s.Post(Both(absl::StrCat("/sandboxes/([^/]+)/", verb)),
-           [this, verb](const httplib::Request& req, httplib::Response& res) {
+  // OpenSandbox answers 202 and the client polls the state; moat's freezer settles within the
+  // call (the agent's pause answers once frozen), so the state is already Paused (Running).
+  for (const bool pause : {true, false}) {
+    s.Post(Both(pause ? "/sandboxes/([^/]+)/pause" : "/sandboxes/([^/]+)/resume"),
+           [this, pause](const httplib::Request& req, httplib::Response& res) {
              std::string tenant;
              if (!Tenant(req, res, &tenant)) return;
-             absl::StatusOr<Sandbox> sb = sandboxes_->Get(tenant, req.matches[1].str());
+             const std::string id = req.matches[1].str();
+             absl::StatusOr<Sandbox> sb =
+                 pause ? sandboxes_->Pause(tenant, id) : sandboxes_->Resume(tenant, id);
              if (!sb.ok()) return SendStatus(res, sb.status());
-             SendError(res, 501,
-                       absl::StrCat("moat-controller cannot ", verb,
-                                    " sandboxes yet: the agent has no freezer API; delete and "
-                                    "create instead"));
+             res.status = 202;
            });
   }
   s.Get(Both("/sandboxes/([^/]+)/endpoints/([0-9]{1,5})"),

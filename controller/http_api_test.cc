@@ -237,10 +237,32 @@ TEST_F(HttpApiTest, RenewAndMetadata) {
   EXPECT_EQ(json::parse(filtered->body)["pagination"]["totalItems"], 1);
   filtered = client_->Get("/v1/sandboxes?metadata=team%3Dred", Auth());
   EXPECT_EQ(json::parse(filtered->body)["pagination"]["totalItems"], 0);
+}
+
+TEST_F(HttpApiTest, PauseAndResumeAnswer202AndTheStateFollows) {
+  JoinNode("n1");
+  auto created = client_->Post("/v1/sandboxes", Auth(), CreateBody(), "application/json");
+  std::string id = json::parse(created->body)["id"];
+  auto paused = client_->Post("/v1/sandboxes/" + id + "/pause", Auth(), "", "application/json");
+  EXPECT_EQ(paused->status, 202) << paused->body;
+  EXPECT_EQ(json::parse(client_->Get("/v1/sandboxes/" + id, Auth())->body)["status"]["state"],
+            "Paused");
+  auto list = client_->Get("/v1/sandboxes?state=Paused", Auth());
+  EXPECT_EQ(json::parse(list->body)["pagination"]["totalItems"], 1);
+  // A paused sandbox runs nothing: the proxy says so.
+  ExpectError(client_->Post("/v1/sandboxes/" + id + "/proxy/44772/command", Auth(),
+                            R"({"command": "true"})", "application/json"),
+              409, "CONFLICT");
   EXPECT_THAT(
       ExpectError(client_->Post("/v1/sandboxes/" + id + "/pause", Auth(), "", "application/json"),
-                  501, "NOT_IMPLEMENTED"),
-      HasSubstr("pause"));
+                  409, "CONFLICT"),
+      HasSubstr("is Paused"));
+  EXPECT_EQ(client_->Post("/sandboxes/" + id + "/resume", Auth(), "", "application/json")->status,
+            202);
+  EXPECT_EQ(json::parse(client_->Get("/v1/sandboxes/" + id, Auth())->body)["status"]["state"],
+            "Running");
+  ExpectError(client_->Post("/v1/sandboxes/nope/pause", Auth(), "", "application/json"), 404,
+              "NOT_FOUND");
 }
 
 TEST_F(HttpApiTest, JoinNeedsTheProofAndRefusesReplays) {
@@ -291,8 +313,18 @@ TEST_F(HttpApiTest, CordonUncordonDrainAndList) {
   auto res = client_->Post("/v1/sandboxes", Auth(), CreateBody(), "application/json");
   EXPECT_EQ(json::parse(res->body)["status"]["message"], "0/1 nodes: 1 cordoned");
   client_->Post("/v1/nodes/n1/uncordon", Auth(), "", "application/json");
+  auto created = client_->Post("/v1/sandboxes", Auth(), CreateBody(), "application/json");
+  std::string id = json::parse(created->body)["id"];
+  ExpectError(client_->Post("/v1/nodes/n1/drain", Auth(), R"({"gracePeriodSeconds": -1})",
+                            "application/json"),
+              400, "INVALID_REQUEST");
   auto drain = client_->Post("/v1/nodes/n1/drain", Auth(), "", "application/json");
+  ASSERT_EQ(drain->status, 200) << drain->body;
   EXPECT_EQ(json::parse(drain->body)["draining"], true);
+  EXPECT_EQ(json::parse(drain->body)["drain"]["ended"], json::array({id}));
+  json ended = json::parse(client_->Get("/v1/sandboxes/" + id, Auth())->body);
+  EXPECT_EQ(ended["status"]["state"], "Failed");
+  EXPECT_EQ(ended["status"]["reason"], "NODE_DRAINED");
   auto list = client_->Get("/v1/nodes", Auth());
   json nodes = json::parse(list->body)["items"];
   ASSERT_EQ(nodes.size(), 1u);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "controller/scheduler/framework.h"
 #include "util/status_macros.h"
 #include "util/strict_json.h"
@@ -84,9 +85,10 @@ bool IsNodeName(absl::string_view name) {
 
 absl::StatusOr<NodeReport> ParseReport(const json& j) {
   if (!j.is_object()) return Bad("report", "must be an object");
-  RETURN_IF_ERROR(CheckFields(j, "report.",
-                              {"agent_url", "agent_token", "arch", "kernel", "cgroup", "version",
-                               "allocatable", "used", "profiles", "warm", "labels", "taints"}));
+  RETURN_IF_ERROR(
+      CheckFields(j, "report.",
+                  {"agent_url", "agent_token", "arch", "kernel", "cgroup", "version", "allocatable",
+                   "used", "profiles", "profile_limits", "warm", "labels", "taints"}));
   NodeReport r;
   try {
     r.agent_url = j.value("agent_url", "");
@@ -105,6 +107,11 @@ absl::StatusOr<NodeReport> ParseReport(const json& j) {
       out->pids = res.value("pids", uint64_t{0});
     }
     if (j.contains("profiles")) r.profiles = j["profiles"].get<std::vector<std::string>>();
+    if (j.contains("profile_limits")) {
+      for (const auto& [name, l] : j["profile_limits"].items()) {
+        r.profile_limits[name] = {l.value("cpus", 0.0), l.value("memory_bytes", uint64_t{0}), 0};
+      }
+    }
     if (j.contains("warm")) r.warm = j["warm"].get<std::map<std::string, int>>();
     if (j.contains("labels")) r.labels = j["labels"].get<std::map<std::string, std::string>>();
     if (j.contains("taints")) {
@@ -121,6 +128,58 @@ absl::StatusOr<NodeReport> ParseReport(const json& j) {
   }
   if (r.arch.empty()) return Bad("report.arch", "is required (uname -m)");
   return r;
+}
+
+// A domain as OpenSandbox's egress rules and moat's allowedDomains take it: "example.com",
+// "*.example.com" (subdomains), lower case letters, digits, '-' and '.', at most 253 bytes.
+bool IsDomainTarget(absl::string_view target) {
+  absl::string_view rest = target;
+  absl::ConsumePrefix(&rest, "*.");
+  if (rest.empty() || target.size() > 253 || rest.front() == '.' || rest.back() == '.' ||
+      absl::StrContains(rest, "..")) {
+    return false;
+  }
+  for (char c : rest) {
+    if (!absl::ascii_islower(c) && !absl::ascii_isdigit(c) && c != '-' && c != '.') return false;
+  }
+  return true;
+}
+
+// networkPolicy -> moat's egress policy. moat's sandboxes have no network unless domains are
+// allowed, so defaultAction must be deny (or left out); allow rules become allowedDomains and
+// deny rules deniedDomains (in moat a deny wins over any allow: stricter than OpenSandbox's
+// first-match order, never looser). No rules: the profile's policy (no network by default).
+absl::Status ParseNetworkPolicy(const json& p, Sandbox& s) {
+  if (!p.is_object()) return Bad("networkPolicy", "must be {\"defaultAction\", \"egress\"}");
+  RETURN_IF_ERROR(CheckFields(p, "networkPolicy.", {"defaultAction", "egress"}));
+  if (p.contains("defaultAction") && p["defaultAction"] != "deny") {
+    return Bad("networkPolicy.defaultAction",
+               "must be \"deny\": moat-controller allows no egress but the domains listed in "
+               "egress rules; list them instead of allowing everything");
+  }
+  if (!p.contains("egress") || p["egress"].is_null()) return absl::OkStatus();
+  if (!p["egress"].is_array() || p["egress"].size() > 256) {
+    return Bad("networkPolicy.egress", "must be an array of at most 256 rules");
+  }
+  for (const json& rule : p["egress"]) {
+    if (!rule.is_object()) return Bad("networkPolicy.egress", "must hold {action, target} rules");
+    RETURN_IF_ERROR(CheckFields(rule, "networkPolicy.egress[].", {"action", "target"}));
+    if (!rule.contains("target") || !rule["target"].is_string() ||
+        !IsDomainTarget(rule["target"].get<std::string>())) {
+      return Bad("networkPolicy.egress[].target",
+                 "must be a lower-case domain such as \"example.com\" or \"*.example.com\" "
+                 "(IPs and CIDRs are not supported)");
+    }
+    std::string target = rule["target"].get<std::string>();
+    if (rule.value("action", "") == "allow") {
+      s.egress_allow.push_back(target);
+    } else if (rule.value("action", "") == "deny") {
+      s.egress_deny.push_back(target);
+    } else {
+      return Bad("networkPolicy.egress[].action", "must be \"allow\" or \"deny\"");
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -221,8 +280,10 @@ absl::StatusOr<Sandbox> ParseCreateSandbox(absl::string_view body, const Control
     for (const auto& [k, v] : limits) {
       if (k == "cpu") {
         ASSIGN_OR_RETURN(s.resources.cpu, ParseCpuQuantity(v));
+        s.limit_cpus = s.resources.cpu;
       } else if (k == "memory") {
         ASSIGN_OR_RETURN(s.resources.memory, ParseMemoryQuantity(v));
+        s.limit_memory = s.resources.memory;
       } else {
         return Bad(absl::StrCat("resourceLimits.", k),
                    "is not a resource moat schedules; use cpu and memory");
@@ -261,9 +322,8 @@ absl::StatusOr<Sandbox> ParseCreateSandbox(absl::string_view body, const Control
       s.arch = scheduler::NormalizeArch(p["arch"].get<std::string>());
     }
   }
-  if (doc.contains("networkPolicy") && !doc["networkPolicy"].is_null() &&
-      !doc["networkPolicy"].is_object()) {
-    return Bad("networkPolicy", "must be an object");
+  if (doc.contains("networkPolicy") && !doc["networkPolicy"].is_null()) {
+    RETURN_IF_ERROR(ParseNetworkPolicy(doc["networkPolicy"], s));
   }
   return s;
 }
@@ -353,6 +413,18 @@ json ListJson(const std::vector<Sandbox>& all, const ListQuery& q) {
             {"totalItems", total},
             {"totalPages", pages},
             {"hasNextPage", q.page < pages}}}};
+}
+
+absl::StatusOr<absl::Duration> ParseDrain(absl::string_view body) {
+  if (absl::StripAsciiWhitespace(body).empty()) return absl::ZeroDuration();
+  ASSIGN_OR_RETURN(json doc, ParseObject(body));
+  RETURN_IF_ERROR(CheckFields(doc, "", {"gracePeriodSeconds"}));
+  if (!doc.contains("gracePeriodSeconds")) return absl::ZeroDuration();
+  const json& g = doc["gracePeriodSeconds"];
+  if (!g.is_number_integer() || g.get<int64_t>() < 0 || g.get<int64_t>() > 86400) {
+    return Bad("gracePeriodSeconds", "must be whole seconds from 0 to 86400");
+  }
+  return absl::Seconds(g.get<int64_t>());
 }
 
 absl::StatusOr<absl::Time> ParseRenew(absl::string_view body) {

@@ -45,6 +45,10 @@ absl::StatusOr<absl::Time> ParseRenew(absl::string_view body);
 absl::StatusOr<std::map<std::string, std::optional<std::string>>> ParseMetadataPatch(
     absl::string_view body);
 
+// POST /v1/nodes/{name}/drain: an empty body, or {"gracePeriodSeconds": 0 to 86400} (default 0:
+// the node's sandboxes end at once).
+absl::StatusOr<absl::Duration> ParseDrain(absl::string_view body);
+
 struct JoinRequest {
   std::string name;  // [a-z0-9][a-z0-9._-]{0,62}
   std::string nonce;

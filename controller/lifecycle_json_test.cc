@@ -1,5 +1,6 @@
 #include "controller/lifecycle_json.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -118,4 +119,56 @@ TEST(JoinRequestTest, StrictAndWithoutTheToken) {
 }
 
 }  // namespace
+TEST(CreateSandboxTest, NetworkPolicyBecomesMoatsEgressPolicy) {
+  ControllerConfig config;
+  config.images = {{"*", "default"}};
+  absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  auto parse = [&](const std::string& policy) {
+    return ParseCreateSandbox(
+        absl::StrCat(R"({"image": {"uri": "x"}, "entrypoint": ["sh"], "networkPolicy": )", policy,
+                     "}"),
+        config, now);
+  };
+  auto s = parse(R"({"defaultAction": "deny", "egress": [{"action": "allow", "target": "pypi.org"},
+                    {"action": "allow", "target": "*.github.com"},
+                    {"action": "deny", "target": "evil.github.com"}]})");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->egress_allow, (std::vector<std::string>{"pypi.org", "*.github.com"}));
+  EXPECT_EQ(s->egress_deny, std::vector<std::string>{"evil.github.com"});
+  EXPECT_TRUE(parse("{}")->egress_allow.empty());
+  EXPECT_TRUE(parse("null")->egress_allow.empty());
+  // Fail closed: moat never allows everything.
+  EXPECT_THAT(parse(R"({"defaultAction": "allow"})").status().message(),
+              HasSubstr("must be \"deny\""));
+  for (const char* bad : {R"({"egress": [{"action": "allow", "target": "10.0.0.0/8"}]})",
+                          R"({"egress": [{"action": "allow", "target": "a..b"}]})",
+                          R"({"egress": [{"action": "allow", "target": "Example.COM"}]})",
+                          R"({"egress": [{"action": "maybe", "target": "a.b"}]})",
+                          R"({"egress": [{"action": "allow"}]})", R"({"egress": "a.b"})",
+                          R"({"colour": 1})", R"("a.b")"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(parse(bad).status())) << bad;
+  }
+}
+
+TEST(CreateSandboxTest, ResourceLimitsAreKeptForTheAgent) {
+  ControllerConfig config;
+  config.images = {{"*", "default"}};
+  auto s = ParseCreateSandbox(R"({"image": {"uri": "x"}, "entrypoint": ["sh"],
+                                  "resourceLimits": {"cpu": "500m", "memory": "256Mi"},
+                                  "resourceRequests": {"cpu": "100m"}})",
+                              config, absl::Now());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->limit_cpus, 0.5);
+  EXPECT_EQ(s->limit_memory, 256ULL << 20);
+  EXPECT_EQ(s->resources.cpu, 0.1);  // The request is what the scheduler reserves.
+}
+
+TEST(DrainTest, GracePeriod) {
+  EXPECT_EQ(*ParseDrain(""), absl::ZeroDuration());
+  EXPECT_EQ(*ParseDrain(R"({"gracePeriodSeconds": 30})"), absl::Seconds(30));
+  EXPECT_FALSE(ParseDrain(R"({"gracePeriodSeconds": -1})").ok());
+  EXPECT_FALSE(ParseDrain(R"({"gracePeriodSeconds": "30"})").ok());
+  EXPECT_FALSE(ParseDrain(R"({"grace": 30})").ok());
+}
+
 }  // namespace moat::controller
