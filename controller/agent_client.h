@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,26 @@ struct AgentSandbox {
   std::map<std::string, std::string> metadata;
 };
 
+// A command for the sandbox's /bin/sh -c (the agent's execd command API).
+struct AgentCommand {
+  std::string command;
+  std::map<std::string, std::string> env;
+  absl::Duration timeout = absl::ZeroDuration();  // Zero: none.
+};
+
+// What it did, as the agent reports it: its output cleaned as `moat run --json` cleans it (the
+// agent sends it line by line), capped at kMaxCommandOutput bytes per stream.
+struct AgentCommandResult {
+  std::string stdout_text, stderr_text;
+  bool stdout_truncated = false, stderr_truncated = false;
+  // The agent's: exited, signaled, timed_out, interrupted, oom_killed, failed_to_start.
+  std::string status;
+  std::optional<int> exit_code;  // 128+N for signal N.
+  std::string error;             // Why it failed to start.
+  absl::Duration wall;           // From the request to the end of the stream.
+};
+inline constexpr size_t kMaxCommandOutput = 1 << 20;  // moat run --json's cap.
+
 // The metadata key under which the controller's sandbox id travels to the agent: after a
 // controller crash, what an agent runs is matched to the store by it (reconcile).
 inline constexpr char kControllerIdKey[] = "moat.controller/id";
@@ -54,6 +75,11 @@ class AgentClient {
   // The cgroup freezer: every process of the sandbox stops (Pause) or goes on (Resume).
   virtual absl::Status Pause(const AgentEndpoint& agent, const std::string& agent_id) = 0;
   virtual absl::Status Resume(const AgentEndpoint& agent, const std::string& agent_id) = 0;
+  // Runs `command` in the sandbox (its own token: `sandbox_token`) and waits for its end.
+  virtual absl::StatusOr<AgentCommandResult> RunCommand(const AgentEndpoint& agent,
+                                                        const std::string& agent_id,
+                                                        const std::string& sandbox_token,
+                                                        const AgentCommand& command) = 0;
 };
 
 // Over HTTP(S) with the agent's node token. Each call has `timeout`.

@@ -418,6 +418,29 @@ void HttpApi::LifecycleRoutes() {
   s.Put(proxy_route, proxy);
   s.Patch(proxy_route, proxy);
   s.Delete(proxy_route, proxy);
+  // moat's one-call run: place (warm when the request keeps to the profile), run, delete.
+  s.Post("/v1/run", [this, &config](const httplib::Request& req, httplib::Response& res) {
+    std::string tenant;
+    if (!Tenant(req, res, &tenant)) return;
+    absl::StatusOr<RunRequest> run = ParseRunRequest(req.body, config, clock_->Now());
+    if (!run.ok()) return SendStatus(res, run.status());
+    if (!run->spec.arch.empty() && !nodes_->AnyNodeHasArch(run->spec.arch)) {
+      return SendError(res, 400,
+                       absl::StrCat("no node of architecture ", run->spec.arch,
+                                    " has joined; ask for one the fleet has, or none"));
+    }
+    run->spec.tenant = tenant;
+    absl::StatusOr<std::string> id = NewSandboxId();
+    if (!id.ok()) return SendStatus(res, id.status());
+    run->spec.id = *id;
+    absl::StatusOr<AgentCommandResult> result = sandboxes_->Run(run->spec, run->command);
+    if (!result.ok()) return SendStatus(res, result.status());
+    if (result->status == "failed_to_start") {
+      return SendError(res, 503,
+                       absl::StrCat("the command could not start in the sandbox: ", result->error));
+    }
+    SendJson(res, 200, RunResultJson(*result));
+  });
   s.Post(Both("/metrics/events"), [this](const httplib::Request& req, httplib::Response& res) {
     std::string tenant;
     if (!Tenant(req, res, &tenant)) return;

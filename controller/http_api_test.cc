@@ -336,6 +336,22 @@ TEST_F(HttpApiTest, CordonUncordonDrainAndList) {
               "NOT_FOUND");
 }
 
+TEST_F(HttpApiTest, RunAnswersTheResultAndLeavesNothing) {
+  JoinNode("n1");
+  auto res = client_->Post("/v1/run", Auth(),
+                           R"({"command": ["echo", "hi"], "image": {"uri": "python:3.11"}})",
+                           "application/json");
+  ASSERT_EQ(res->status, 200) << res->body;
+  json result = json::parse(res->body);
+  EXPECT_EQ(result["status"], "exited");
+  EXPECT_EQ(result["exit_code"], 0);
+  EXPECT_EQ(result["stdout"], "exec 'echo' 'hi'\n");  // The fake agent echoes the command.
+  EXPECT_EQ(json::parse(client_->Get("/v1/sandboxes", Auth())->body)["items"].size(), 0u);
+  ExpectError(client_->Post("/v1/run", Auth(), R"({"code": 1})", "application/json"), 400,
+              "INVALID_REQUEST");
+  EXPECT_EQ(client_->Post("/v1/run", R"({"command": "true"})", "application/json")->status, 401);
+}
+
 TEST(RoutePatternTest, IdsNeverBecomeLabels) {
   EXPECT_EQ(RoutePattern("/v1/sandboxes/abc"), "/sandboxes/{id}");
   EXPECT_EQ(RoutePattern("/sandboxes/abc/endpoints/44772"), "/sandboxes/{id}/endpoints/{port}");

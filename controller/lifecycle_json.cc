@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "controller/scheduler/framework.h"
+#include "sandbox/output/result.h"
 #include "util/status_macros.h"
 #include "util/strict_json.h"
 #include "util/token.h"
@@ -413,6 +414,113 @@ json ListJson(const std::vector<Sandbox>& all, const ListQuery& q) {
             {"totalItems", total},
             {"totalPages", pages},
             {"hasNextPage", q.page < pages}}}};
+}
+
+std::string ShellQuote(absl::string_view word) {
+  std::string out = "'";
+  for (char c : word) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  out += "'";
+  return out;
+}
+
+absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body, const ControllerConfig& config,
+                                           absl::Time now) {
+  ASSIGN_OR_RETURN(json doc, ParseObject(body));
+  RETURN_IF_ERROR(
+      CheckFields(doc, "",
+                  {"command", "code", "language", "image", "env", "timeout", "resourceLimits",
+                   "resourceRequests", "networkPolicy", "platform", "metadata"}));
+  RunRequest run;
+  if (doc.contains("command") == doc.contains("code")) {
+    return Bad("command",
+               "or \"code\" is required, not both: \"command\": \"echo hi\" (for "
+               "/bin/sh -c) or [\"echo\", \"hi\"], or \"code\" with \"language\"");
+  }
+  if (doc.contains("command")) {
+    const json& c = doc["command"];
+    if (c.is_string()) {
+      run.command.command = c.get<std::string>();
+    } else if (c.is_array() && !c.empty()) {
+      std::vector<std::string> words;
+      for (const json& w : c) {
+        if (!w.is_string()) return Bad("command", "must hold only strings");
+        words.push_back(ShellQuote(w.get<std::string>()));
+      }
+      run.command.command = absl::StrCat("exec ", absl::StrJoin(words, " "));
+    } else {
+      return Bad("command", "must be a string (for /bin/sh -c) or a non-empty array of strings");
+    }
+    if (doc.contains("language")) return Bad("language", "goes with \"code\", not \"command\"");
+  } else {
+    if (!doc["code"].is_string()) return Bad("code", "must be a string");
+    const std::string language = doc.value("language", "python");
+    static const std::map<std::string, std::string> kInterpreters = {
+        {"python", "python3 -c"}, {"sh", "sh -c"}, {"bash", "bash -c"}, {"node", "node -e"}};
+    auto it = kInterpreters.find(language);
+    if (it == kInterpreters.end()) {
+      return Bad("language", "must be one of python, sh, bash, node");
+    }
+    run.command.command =
+        absl::StrCat("exec ", it->second, " ", ShellQuote(doc["code"].get<std::string>()));
+  }
+  if (run.command.command.empty() || run.command.command.size() > 65536) {
+    return Bad(doc.contains("code") ? "code" : "command", "must be 1 to 65536 bytes");
+  }
+  int64_t timeout = 60;
+  if (doc.contains("timeout")) {
+    int64_t max = absl::ToInt64Seconds(config.max_timeout);
+    if (!doc["timeout"].is_number_integer() || doc["timeout"].get<int64_t>() < 1 ||
+        doc["timeout"].get<int64_t>() > max) {
+      return Bad("timeout", absl::StrCat("must be whole seconds from 1 to ", max));
+    }
+    timeout = doc["timeout"].get<int64_t>();
+  }
+  run.command.timeout = absl::Seconds(timeout);
+  // The sandbox: a create's fields, its life the command's timeout (at least a create's 60 s).
+  json create = {{"image", doc.contains("image") ? doc["image"] : json{{"uri", "default"}}},
+                 {"entrypoint", {"/bin/sh"}},
+                 {"timeout", std::max<int64_t>(60, timeout)}};
+  for (const char* key :
+       {"env", "resourceLimits", "resourceRequests", "networkPolicy", "platform", "metadata"}) {
+    if (doc.contains(key)) create[key] = doc[key];
+  }
+  ASSIGN_OR_RETURN(run.spec, ParseCreateSandbox(create.dump(), config, now));
+  return run;
+}
+
+json RunResultJson(const AgentCommandResult& r) {
+  sandbox::RunResult out;
+  out.stdout_text.text = r.stdout_text;
+  out.stdout_text.truncated = r.stdout_truncated;
+  out.stderr_text.text = r.stderr_text;
+  out.stderr_text.truncated = r.stderr_truncated;
+  out.wall_seconds = absl::ToDoubleSeconds(r.wall);
+  const int code = r.exit_code.value_or(-1);
+  if (r.status == "timed_out") {
+    out.status = sandbox::RunStatus::kWallTimeout;
+    out.signal = 9;
+  } else if (r.status == "oom_killed") {
+    out.status = sandbox::RunStatus::kOomKilled;
+    out.signal = 9;
+    out.violations.push_back(
+        {"memory", "a process was killed by the OOM killer at the memory limit"});
+  } else if ((r.status == "signaled" || r.status == "interrupted") && code > 128) {
+    out.status = sandbox::RunStatus::kSignaled;
+    out.signal = code - 128;
+  } else {
+    out.status = sandbox::RunStatus::kExited;
+    out.exit_code = r.exit_code.value_or(0);
+  }
+  out.notes.push_back(
+      "through moat-controller: cpu_seconds and peak_memory_bytes are not reported (0), "
+      "and output is rebuilt from the agent's lines (a last line without a newline gets one)");
+  return sandbox::ToJson(out);
 }
 
 absl::StatusOr<absl::Duration> ParseDrain(absl::string_view body) {

@@ -117,6 +117,7 @@ absl::Status SandboxManager::Load() {
 }
 
 absl::Status SandboxManager::Persist(const Sandbox& s) {
+  if (s.ephemeral) return absl::OkStatus();
   return store_->Commit(WriteBatch().Put(absl::StrCat(kPrefix, s.id), EncodeSandbox(s))).status();
 }
 
@@ -249,7 +250,7 @@ absl::StatusOr<Sandbox> SandboxManager::Settle(Sandbox s, absl::Status placed, a
       }
       nodes_->Release(s.node, s.tenant, s.resources);
     }
-  } else if (absl::IsResourceExhausted(placed)) {
+  } else if (absl::IsResourceExhausted(placed) && !s.ephemeral) {
     // No node fits now: the sandbox waits, Pending, with the reason; stored, since the create
     // answers (acknowledges) it.
     s.reason = "UNSCHEDULABLE";
@@ -363,10 +364,26 @@ absl::Status SandboxManager::Delete(const std::string& tenant, const std::string
     }
     nodes_->Release(s.node, s.tenant, s.resources);
   }
-  RETURN_IF_ERROR(Forget(id));
+  if (!s.ephemeral) RETURN_IF_ERROR(Forget(id));
   absl::MutexLock lock(&mu_);
   sandboxes_.erase(id);
   return absl::OkStatus();
+}
+
+absl::StatusOr<AgentCommandResult> SandboxManager::Run(Sandbox spec, const AgentCommand& command) {
+  spec.ephemeral = true;
+  ASSIGN_OR_RETURN(Sandbox s, Create(std::move(spec)));
+  absl::StatusOr<AgentCommandResult> result = absl::UnavailableError("no endpoint");
+  if (absl::StatusOr<AgentEndpoint> endpoint = nodes_->Endpoint(s.node); endpoint.ok()) {
+    result = agents_->RunCommand(*endpoint, s.agent_id, s.agent_token, command);
+  } else {
+    result = endpoint.status();
+  }
+  if (absl::Status deleted = Delete(s.tenant, s.id); !deleted.ok()) {
+    // The agent's own expiry (the run's timeout plus agent_ttl_slack) ends it all the same.
+    LogWarning(absl::StrCat("run ", s.id, ": deleting its sandbox: ", deleted.message()));
+  }
+  return result;
 }
 
 absl::StatusOr<absl::Time> SandboxManager::Renew(const std::string& tenant, const std::string& id,

@@ -61,6 +61,9 @@ struct Sandbox {
   absl::Time created_at, last_transition;
   absl::Time expires_at = absl::InfiniteFuture();  // InfiniteFuture: no expiry.
   std::string node, agent_id, agent_token;
+  // A sandbox of POST /v1/run: never stored (no durable write at all), never left Pending. A
+  // controller that crashes mid-run forgets it; the reconciler then deletes it as an orphan.
+  bool ephemeral = false;
 };
 
 // On a node: Running, or paused or being paused or resumed. The agent holds such a sandbox.
@@ -100,6 +103,10 @@ class SandboxManager {
   // ("0/3 nodes: ..."), stored, and placed later by RetryPending. Unavailable when the agents
   // failed on 1 + retries nodes (nothing is kept).
   absl::StatusOr<Sandbox> Create(Sandbox spec);
+  // POST /v1/run: `spec` placed (from the warm pool when it keeps to its profile), `command`
+  // run in it, and the sandbox deleted whatever happened. ResourceExhausted when no node fits
+  // within create_timeout (nothing is left waiting).
+  absl::StatusOr<AgentCommandResult> Run(Sandbox spec, const AgentCommand& command);
   // Tries once to place every Pending sandbox no create is waiting for (the placer thread).
   void RetryPending();
   // A thread that calls RetryPending every `interval` until StopPlacer (or destruction).

@@ -363,4 +363,27 @@ TEST_F(SandboxManagerTest, CreateToReadyIsLabelledWarmOrCold) {
   EXPECT_THAT(text, HasSubstr("moat_controller_create_to_ready_seconds_count{start=\"cold\"} 2"));
 }
 
+TEST_F(SandboxManagerTest, RunPlacesRunsAndDeletesWithoutAStoreWrite) {
+  auto m = Manager();
+  Sandbox spec = Spec("r");
+  auto result = m->Run(spec, AgentCommand{"echo hi", {}, absl::Seconds(5)});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->stdout_text, "echo hi\n");
+  EXPECT_EQ(agents_.LastCommand().timeout, absl::Seconds(5));
+  EXPECT_EQ(*store_.Revision(), 0);  // Never stored.
+  EXPECT_TRUE(absl::IsNotFound(m->Get("acme", "r").status()));
+  for (const char* n : {"n1", "n2", "n3"}) {
+    EXPECT_EQ(agents_.Running(absl::StrCat("http://", n)), 0) << n;
+    EXPECT_EQ(nodes_.Get(n)->allocated.cpu, 0) << n;
+  }
+}
+
+TEST_F(SandboxManagerTest, ARunThatFitsNowhereLeavesNothingPending) {
+  auto m = Manager();
+  auto result = m->Run(Spec("r", {64, kGiB, 0}), AgentCommand{"true"});
+  EXPECT_TRUE(absl::IsResourceExhausted(result.status())) << result.status();
+  EXPECT_EQ(m->Pending(), 0);
+  EXPECT_TRUE(m->List("acme").empty());
+}
+
 }  // namespace moat::controller

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -54,6 +55,31 @@ class FakeAgents final : public AgentClient {
   }
   absl::Status Resume(const AgentEndpoint& agent, const std::string& id) override {
     return SetPaused(agent, id, false);
+  }
+
+  // Answers with the result SetCommandResult gave (by default: the command echoed, exit 0).
+  absl::StatusOr<AgentCommandResult> RunCommand(const AgentEndpoint& agent, const std::string& id,
+                                                const std::string& token,
+                                                const AgentCommand& command) override {
+    absl::MutexLock lock(&mu_);
+    if (!running_[agent.url].contains(id)) return absl::NotFoundError("no such sandbox");
+    if (running_[agent.url][id].token != token) return absl::UnauthenticatedError("wrong token");
+    last_command_ = command;
+    if (command_result_.has_value()) return *command_result_;
+    AgentCommandResult r;
+    r.stdout_text = command.command + "\n";
+    r.status = "exited";
+    r.exit_code = 0;
+    return r;
+  }
+
+  void SetCommandResult(AgentCommandResult result) {
+    absl::MutexLock lock(&mu_);
+    command_result_ = std::move(result);
+  }
+  AgentCommand LastCommand() {
+    absl::MutexLock lock(&mu_);
+    return last_command_;
   }
 
   void SetFailing(const std::string& url, bool failing) {
@@ -119,6 +145,8 @@ class FakeAgents final : public AgentClient {
   std::set<std::string> failing_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> paused_ ABSL_GUARDED_BY(mu_);
   AgentCreate last_create_ ABSL_GUARDED_BY(mu_);
+  AgentCommand last_command_ ABSL_GUARDED_BY(mu_);
+  std::optional<AgentCommandResult> command_result_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace moat::controller::testing

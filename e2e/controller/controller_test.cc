@@ -277,5 +277,46 @@ TEST_F(ControllerE2eTest, DrainEndsTheNodesSandboxesOnTheAgent) {
   EXPECT_EQ(got["status"]["reason"], "NODE_DRAINED");
 }
 
+TEST_F(ControllerE2eTest, RunInOneCallOnAWarmSandbox) {
+  ASSERT_TRUE(fleet_->StartAgent({.name = "a1"}).ok());
+  ASSERT_TRUE(Fleet::WaitFor(
+      [&] {
+        auto [status, nodes] = fleet_->Call("GET", "/v1/nodes");
+        return status == 200 && !nodes["items"].empty() &&
+               nodes["items"][0]["warm"].value("default", 0) > 0;
+      },
+      absl::Seconds(20)));
+  auto [status, result] = fleet_->Call(
+      "POST", "/v1/run",
+      R"({"image": {"uri": "python:3.11"}, "command": ["sh", "-c", "echo out; echo err >&2; exit 3"]})");
+  ASSERT_EQ(status, 200) << result.dump();
+  EXPECT_EQ(result["status"], "exited");
+  EXPECT_EQ(result["exit_code"], 3);
+  EXPECT_EQ(result["stdout"], "out\n");
+  EXPECT_EQ(result["stderr"], "err\n");
+  EXPECT_GT(result["wall_seconds"].get<double>(), 0);
+  // The agent served it from its pool, and nothing is left of it.
+  EXPECT_TRUE(AgentSandboxes("a1").empty());
+  EXPECT_EQ(fleet_->Call("GET", "/v1/sandboxes").second["items"].size(), 0u);
+  httplib::Client client("127.0.0.1", fleet_->controller().port());
+  auto text = client.Get("/metrics");
+  ASSERT_TRUE(text);
+  EXPECT_THAT(text->body,
+              HasSubstr("moat_controller_create_to_ready_seconds_count{start=\"warm\"} 1"));
+  // Killed by a signal: as moat run --json says it.
+  auto [kstatus, killed] = fleet_->Call(
+      "POST", "/v1/run",
+      R"({"image": {"uri": "python:3.11"}, "command": ["sh", "-c", "kill -9 $$"], "timeout": 10})");
+  ASSERT_EQ(kstatus, 200) << killed.dump();
+  EXPECT_EQ(killed["status"], "signaled") << killed.dump();
+  EXPECT_EQ(killed["signal"], 9);
+  auto [tstatus, slow] =
+      fleet_->Call("POST", "/v1/run",
+                   R"({"image": {"uri": "python:3.11"}, "command": "sleep 30", "timeout": 1})");
+  ASSERT_EQ(tstatus, 200) << slow.dump();
+  EXPECT_EQ(slow["status"], "wall_timeout") << slow.dump();
+  EXPECT_TRUE(AgentSandboxes("a1").empty());
+}
+
 }  // namespace
 }  // namespace moat::e2e
