@@ -215,6 +215,17 @@ void HttpApi::Routes() {
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     nodes_->Snapshot();  // Cheap when nothing changed.
     metrics_->SetNodes(nodes_->CountByStateAndArch());
+    scheduler::Resources allocatable, allocated;
+    for (const NodeView& n : nodes_->List()) {
+      if (n.state == scheduler::NodeState::kLost) continue;
+      allocatable.cpu += n.report.allocatable.cpu;
+      allocatable.memory += n.report.allocatable.memory;
+      allocatable.pids += n.report.allocatable.pids;
+      allocated.cpu += n.allocated.cpu;
+      allocated.memory += n.allocated.memory;
+      allocated.pids += n.allocated.pids;
+    }
+    metrics_->SetCapacity(allocatable, allocated);
     res.set_content(metrics_->Serialize(), "text/plain; version=0.0.4");
   });
   NodeRoutes();

@@ -352,6 +352,17 @@ TEST_F(HttpApiTest, RunAnswersTheResultAndLeavesNothing) {
   EXPECT_EQ(client_->Post("/v1/run", R"({"command": "true"})", "application/json")->status, 401);
 }
 
+TEST_F(HttpApiTest, MetricsShowAllocatableAndAllocatedPerResource) {
+  JoinNode("n1");
+  JoinNode("n2");
+  ASSERT_EQ(client_->Post("/v1/sandboxes", Auth(), CreateBody(), "application/json")->status, 202);
+  std::string body = client_->Get("/metrics")->body;
+  EXPECT_THAT(body, HasSubstr("moat_controller_allocatable{resource=\"cpu\"} 4"));
+  EXPECT_THAT(body, HasSubstr("moat_controller_allocatable{resource=\"memory\"} 17179869184"));
+  EXPECT_THAT(body, HasSubstr("moat_controller_allocated{resource=\"cpu\"} 0.5"));
+  EXPECT_THAT(body, HasSubstr("moat_controller_allocated{resource=\"memory\"} 1073741824"));
+}
+
 TEST(RoutePatternTest, IdsNeverBecomeLabels) {
   EXPECT_EQ(RoutePattern("/v1/sandboxes/abc"), "/sandboxes/{id}");
   EXPECT_EQ(RoutePattern("/sandboxes/abc/endpoints/44772"), "/sandboxes/{id}/endpoints/{port}");
