@@ -586,12 +586,17 @@ absl::StatusOr<DrainReport> SandboxManager::Drain(const std::string& node, absl:
   RETURN_IF_ERROR(nodes_->SetDraining(node));
   DrainReport report;
   report.deadline = clock_->Now() + grace;
+  {
+    // Kept until the node is uncordoned: Tick also ends what lands there later (a create that
+    // had reserved the node before the cordon).
+    absl::MutexLock lock(&mu_);
+    drain_deadlines_[node] = report.deadline;
+  }
   if (grace <= absl::ZeroDuration()) {
     report.ended = EndDrained(node);
     return report;
   }
   absl::MutexLock lock(&mu_);
-  drain_deadlines_[node] = report.deadline;
   for (const auto& [id, s] : sandboxes_) report.remaining += s.node == node && OnNode(s);
   return report;
 }
@@ -600,7 +605,6 @@ std::vector<std::string> SandboxManager::EndDrained(const std::string& node) {
   std::vector<Sandbox> ending;
   {
     absl::MutexLock lock(&mu_);
-    drain_deadlines_.erase(node);
     for (auto& [id, s] : sandboxes_) {
       if (s.node != node || !OnNode(s)) continue;
       s.state = "Failed";

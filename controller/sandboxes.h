@@ -138,7 +138,8 @@ class SandboxManager {
   // Drains `node`: no new placements (NodeTable::SetDraining), and its sandboxes, which cannot
   // move (their processes and memory are on the node), end `grace` from now: deleted on the
   // agent and Failed with reason NODE_DRAINED, so their owners see why. grace 0: now. Pending
-  // sandboxes are not on a node: they are placed on the others.
+  // sandboxes are not on a node: they are placed on the others. Until the node is uncordoned,
+  // Tick also ends what lands on it after the deadline (a create that reserved it before).
   absl::StatusOr<DrainReport> Drain(const std::string& node, absl::Duration grace);
 
   // A node was lost: its sandboxes are Failed with reason NODE_LOST (durably).

@@ -386,4 +386,18 @@ TEST_F(SandboxManagerTest, ARunThatFitsNowhereLeavesNothingPending) {
   EXPECT_TRUE(m->List("acme").empty());
 }
 
+TEST_F(SandboxManagerTest, ASandboxThatLandsOnANodeWhileItIsDrainedIsEndedToo) {
+  auto m = Manager();
+  // The node is drained while its agent is creating: the create still lands there.
+  agents_.SetOnCreate([&](const std::string& url) {
+    ASSERT_TRUE(m->Drain(url.substr(std::string("http://").size()), absl::ZeroDuration()).ok());
+  });
+  auto late = m->Create(Spec("late"));
+  ASSERT_TRUE(late.ok()) << late.status();
+  ASSERT_EQ(late->state, "Running");
+  m->Tick();  // The drain goes on until the node is uncordoned.
+  EXPECT_EQ(m->Get("acme", "late")->reason, "NODE_DRAINED");
+  EXPECT_EQ(agents_.Running("http://" + late->node), 0);
+}
+
 }  // namespace moat::controller

@@ -3,10 +3,12 @@
 // it asks for the profile's defaults (no limits, no policy), as on a real agent.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -19,6 +21,12 @@ class FakeAgents final : public AgentClient {
  public:
   absl::StatusOr<AgentSandbox> Create(const AgentEndpoint& agent,
                                       const AgentCreate& request) override {
+    std::function<void(const std::string&)> hook;
+    {
+      absl::MutexLock lock(&mu_);
+      hook = std::exchange(on_create_, nullptr);
+    }
+    if (hook) hook(agent.url);  // Outside the lock: it may call back into the fleet.
     absl::MutexLock lock(&mu_);
     ++creates_[agent.url];
     if (failing_.contains(agent.url)) {
@@ -80,6 +88,13 @@ class FakeAgents final : public AgentClient {
   AgentCommand LastCommand() {
     absl::MutexLock lock(&mu_);
     return last_command_;
+  }
+
+  // Runs once, at the start of the next Create (a race to stage: something happening while an
+  // agent creates).
+  void SetOnCreate(std::function<void(const std::string& url)> hook) {
+    absl::MutexLock lock(&mu_);
+    on_create_ = std::move(hook);
   }
 
   void SetFailing(const std::string& url, bool failing) {
@@ -146,6 +161,7 @@ class FakeAgents final : public AgentClient {
   std::set<std::string> paused_ ABSL_GUARDED_BY(mu_);
   AgentCreate last_create_ ABSL_GUARDED_BY(mu_);
   AgentCommand last_command_ ABSL_GUARDED_BY(mu_);
+  std::function<void(const std::string&)> on_create_ ABSL_GUARDED_BY(mu_);
   std::optional<AgentCommandResult> command_result_ ABSL_GUARDED_BY(mu_);
 };
 
