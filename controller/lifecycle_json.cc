@@ -14,7 +14,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "controller/scheduler/framework.h"
-#include "sandbox/output/result.h"
 #include "util/status_macros.h"
 #include "util/strict_json.h"
 #include "util/token.h"
@@ -494,33 +493,44 @@ absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body, const Control
   return run;
 }
 
+// The shape of sandbox/output/result.h's ToJson (moat run --json), written here because the
+// controller does not depend on the sandbox runtime (scripts/check_layers.py);
+// e2e/controller/cli_test compares the two objects' keys.
 json RunResultJson(const AgentCommandResult& r) {
-  sandbox::RunResult out;
-  out.stdout_text.text = r.stdout_text;
-  out.stdout_text.truncated = r.stdout_truncated;
-  out.stderr_text.text = r.stderr_text;
-  out.stderr_text.truncated = r.stderr_truncated;
-  out.wall_seconds = absl::ToDoubleSeconds(r.wall);
+  std::string status = "exited";
+  json exit_code = nullptr, signal = nullptr;
+  json violations = json::array();
   const int code = r.exit_code.value_or(-1);
   if (r.status == "timed_out") {
-    out.status = sandbox::RunStatus::kWallTimeout;
-    out.signal = 9;
+    status = "wall_timeout";
+    signal = 9;
   } else if (r.status == "oom_killed") {
-    out.status = sandbox::RunStatus::kOomKilled;
-    out.signal = 9;
-    out.violations.push_back(
-        {"memory", "a process was killed by the OOM killer at the memory limit"});
+    status = "oom_killed";
+    signal = 9;
+    violations.push_back(
+        {{"kind", "memory"},
+         {"detail", "a process was killed by the OOM killer at the memory limit"}});
   } else if ((r.status == "signaled" || r.status == "interrupted") && code > 128) {
-    out.status = sandbox::RunStatus::kSignaled;
-    out.signal = code - 128;
+    status = "signaled";
+    signal = code - 128;
   } else {
-    out.status = sandbox::RunStatus::kExited;
-    out.exit_code = r.exit_code.value_or(0);
+    exit_code = r.exit_code.value_or(0);
   }
-  out.notes.push_back(
-      "through moat-controller: cpu_seconds and peak_memory_bytes are not reported (0), "
-      "and output is rebuilt from the agent's lines (a last line without a newline gets one)");
-  return sandbox::ToJson(out);
+  return {{"status", status},
+          {"exit_code", exit_code},
+          {"signal", signal},
+          {"stdout", r.stdout_text},
+          {"stderr", r.stderr_text},
+          {"stdout_truncated", r.stdout_truncated},
+          {"stderr_truncated", r.stderr_truncated},
+          {"wall_seconds", absl::ToDoubleSeconds(r.wall)},
+          {"cpu_seconds", 0.0},
+          {"peak_memory_bytes", 0},
+          {"violations", violations},
+          {"notes",
+           {"through moat-controller: cpu_seconds and peak_memory_bytes are not reported (0), "
+            "and output is rebuilt from the agent's lines (a last line without a newline gets "
+            "one)"}}};
 }
 
 absl::StatusOr<absl::Duration> ParseDrain(absl::string_view body) {

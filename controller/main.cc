@@ -13,13 +13,13 @@
 #include "controller/config.h"
 #include "controller/http_api.h"
 #include "controller/metered_store.h"
-#include "util/log.h"
 #include "controller/metrics.h"
 #include "controller/nodes.h"
 #include "controller/sandboxes.h"
 #include "controller/scheduler/scheduler.h"
 #include "controller/store/memory_store.h"
 #include "controller/store/sqlite_store.h"
+#include "util/log.h"
 #include "util/token.h"
 
 namespace moat::controller {

@@ -5,11 +5,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "sandbox/cgroup/cgroup.h"
 #include "util/join_auth.h"
 #include "util/log.h"
-#include "util/token.h"
-#include "sandbox/cgroup/cgroup.h"
 #include "util/status_macros.h"
+#include "util/token.h"
 
 namespace moat::agent {
 namespace {

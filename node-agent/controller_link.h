@@ -17,7 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
-#include "node-agent/limits.h"
+#include "node-agent/config/limits.h"
 
 namespace moat::agent {
 

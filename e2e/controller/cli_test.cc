@@ -87,6 +87,14 @@ TEST_F(CliE2eTest, RunWithServerKeepsTheLocalContract) {
   EXPECT_EQ(result["status"], "exited");
   EXPECT_EQ(result["exit_code"], 3);
   EXPECT_EQ(result["stdout"], "its\n");
+  // The same object as a local moat run --json (sandbox/output/result.h), key for key.
+  Ran local = Moat({"run", "--json", "--", "true"}, /*bare=*/true);
+  ASSERT_EQ(local.status, 0) << local.err;
+  json local_result = json::parse(local.out);
+  for (const auto& [k, v] : local_result.items()) EXPECT_TRUE(result.contains(k)) << k;
+  for (const auto& [k, v] : result.items()) {
+    EXPECT_TRUE(local_result.contains(k) || k == "notes") << k;
+  }
   r = Moat({"run", "--server", server_, "--", "sh", "-c", "kill -9 $$"});
   EXPECT_EQ(r.status, 137) << r.err;
   r = Moat({"run", "--server", server_, "--wall-timeout", "1s", "--", "sleep", "30"});

@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "sandbox/util/status_macros.h"
+#include "util/status_macros.h"
 
 namespace moat::cli {
 namespace {

@@ -18,8 +18,8 @@
 #include "nlohmann/json.hpp"
 #include "sandbox/cli/http_client.h"
 #include "sandbox/cli/run_flags.h"
-#include "sandbox/units.h"
-#include "sandbox/util/status_macros.h"
+#include "util/status_macros.h"
+#include "util/units.h"
 
 namespace moat::cli {
 namespace {
@@ -412,7 +412,7 @@ int SandboxCommandMain(const std::vector<std::string>& given) {
     }
     json limits = json::object();
     if (auto m = TakeFlag(args, "--memory")) {
-      absl::StatusOr<uint64_t> bytes = sandbox::ParseSize(*m);
+      absl::StatusOr<uint64_t> bytes = ParseSize(*m);
       if (!bytes.ok()) return Fail(bytes.status().message());
       limits["memory"] = MemoryQuantity(*bytes);
     }
