@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
@@ -52,6 +53,11 @@ class HttpAgentClient final : public AgentClient {
                  {"env", request.env},
                  {"metadata", request.metadata},
                  {"ttl_seconds", std::max<int64_t>(1, absl::ToInt64Seconds(request.ttl))}};
+    json limits = json::object();
+    if (request.cpus > 0) limits["cpus"] = request.cpus;
+    if (request.memory_bytes > 0) limits["memory_bytes"] = request.memory_bytes;
+    if (!limits.empty()) body["limits"] = limits;
+    if (!request.policy.is_null()) body["policy"] = request.policy;
     auto client = Client(agent);
     auto res = client->Post("/v1/sandboxes", Headers(agent), body.dump(), "application/json");
     absl::Status status = FromHttp(res, "creating a sandbox");
@@ -92,6 +98,108 @@ class HttpAgentClient final : public AgentClient {
     return FromHttp(client->Post(absl::StrCat("/v1/sandboxes/", agent_id, "/renew"), Headers(agent),
                                  body.dump(), "application/json"),
                     "renewing a sandbox");
+  }
+
+  absl::Status Pause(const AgentEndpoint& agent, const std::string& agent_id) override {
+    auto client = Client(agent);
+    return FromHttp(client->Post(absl::StrCat("/v1/sandboxes/", agent_id, "/pause"), Headers(agent),
+                                 "", "application/json"),
+                    "pausing a sandbox");
+  }
+
+  absl::Status Resume(const AgentEndpoint& agent, const std::string& agent_id) override {
+    auto client = Client(agent);
+    return FromHttp(client->Post(absl::StrCat("/v1/sandboxes/", agent_id, "/resume"),
+                                 Headers(agent), "", "application/json"),
+                    "resuming a sandbox");
+  }
+
+  absl::StatusOr<AgentCommandResult> RunCommand(const AgentEndpoint& agent,
+                                                const std::string& agent_id,
+                                                const std::string& sandbox_token,
+                                                const AgentCommand& command) override {
+    json body = {{"command", command.command}, {"envs", command.env}};
+    if (command.timeout > absl::ZeroDuration()) {
+      body["timeout"] = absl::ToInt64Milliseconds(command.timeout);
+    }
+    auto client = Client(agent);
+    // Silent commands get a ping every 3 s; the read timeout only has to outlast that, but the
+    // command may run up to its own timeout.
+    client->set_read_timeout(std::max<int64_t>(60, absl::ToInt64Seconds(command.timeout) + 30), 0);
+    const httplib::Headers headers = {{"X-EXECD-ACCESS-TOKEN", sandbox_token}};
+    const std::string base = absl::StrCat("/v1/sandboxes/", agent_id, "/execd/command");
+    AgentCommandResult result;
+    std::string pending, command_id;
+    auto on_event = [&](const json& e) {
+      const std::string type = e.value("type", "");
+      const std::string text = e.value("text", "");
+      if (type == "init") {
+        command_id = text;
+      } else if (type == "stdout" || type == "stderr") {
+        std::string& out = type == "stdout" ? result.stdout_text : result.stderr_text;
+        bool& truncated = type == "stdout" ? result.stdout_truncated : result.stderr_truncated;
+        std::string line = text == "\n" ? "\n" : absl::StrCat(text, "\n");
+        if (out.size() + line.size() > kMaxCommandOutput) {
+          truncated = true;
+          line.resize(kMaxCommandOutput - std::min(kMaxCommandOutput, out.size()));
+        }
+        out += line;
+      }
+    };
+    const absl::Time start = absl::Now();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = base;
+    req.headers = headers;
+    req.headers.emplace("Content-Type", "application/json");
+    req.body = body.dump();
+    int status = 0;
+    std::string error_body;
+    req.response_handler = [&](const httplib::Response& r) {
+      status = r.status;
+      return true;
+    };
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      if (status != 200) {
+        if (error_body.size() < 4096) error_body.append(data, n);
+        return true;
+      }
+      pending.append(data, n);
+      size_t end;
+      while ((end = pending.find('\n')) != std::string::npos) {
+        std::string line = pending.substr(0, end);
+        pending.erase(0, end + 1);
+        if (!absl::StartsWith(line, "data:")) continue;
+        json e = json::parse(line.substr(5), nullptr, false);
+        if (e.is_object()) on_event(e);
+      }
+      return true;
+    };
+    httplib::Response res;
+    httplib::Error err = httplib::Error::Success;
+    if (!client->send(req, res, err)) {
+      return absl::UnavailableError(absl::StrCat("running a command: the agent did not answer (",
+                                                 httplib::to_string(err), ")"));
+    }
+    if (status != 200) {
+      res.body = error_body;
+      return FromHttp(httplib::Result(std::make_unique<httplib::Response>(res), err),
+                      "running a command");
+    }
+    result.wall = absl::Now() - start;
+    if (command_id.empty()) {
+      return absl::UnavailableError("running a command: the agent's stream had no init event");
+    }
+    auto got = client->Get(absl::StrCat(base, "/status/", command_id), headers);
+    if (absl::Status st = FromHttp(got, "reading a command's status"); !st.ok()) return st;
+    json s = json::parse(got->body, nullptr, false);
+    if (!s.is_object()) return absl::UnavailableError("the agent's command status is not JSON");
+    result.status = s.value("status", "");
+    if (s.contains("exit_code") && s["exit_code"].is_number_integer()) {
+      result.exit_code = s["exit_code"].get<int>();
+    }
+    result.error = s.value("error", "");
+    return result;
   }
 
  private:

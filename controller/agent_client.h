@@ -5,12 +5,14 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "controller/nodes.h"
+#include "nlohmann/json.hpp"
 
 namespace moat::controller {
 
@@ -19,6 +21,12 @@ struct AgentCreate {
   std::map<std::string, std::string> env;
   std::map<std::string, std::string> metadata;  // Carries the controller's id (kControllerIdKey).
   absl::Duration ttl;
+  // Tighter than the profile's (0: the profile's). Either this or a policy makes the agent start
+  // the sandbox cold: its warm pool holds sandboxes made with the profile's limits and policy.
+  double cpus = 0;
+  uint64_t memory_bytes = 0;
+  // A policy document (docs/policy.md) replacing the profile's; null: the profile's.
+  nlohmann::json policy;
 };
 
 struct AgentSandbox {
@@ -28,6 +36,26 @@ struct AgentSandbox {
   std::string start;  // "warm" or "cold" when the agent says.
   std::map<std::string, std::string> metadata;
 };
+
+// A command for the sandbox's /bin/sh -c (the agent's execd command API).
+struct AgentCommand {
+  std::string command;
+  std::map<std::string, std::string> env;
+  absl::Duration timeout = absl::ZeroDuration();  // Zero: none.
+};
+
+// What it did, as the agent reports it: its output cleaned as `moat run --json` cleans it (the
+// agent sends it line by line), capped at kMaxCommandOutput bytes per stream.
+struct AgentCommandResult {
+  std::string stdout_text, stderr_text;
+  bool stdout_truncated = false, stderr_truncated = false;
+  // The agent's: exited, signaled, timed_out, interrupted, oom_killed, failed_to_start.
+  std::string status;
+  std::optional<int> exit_code;  // 128+N for signal N.
+  std::string error;             // Why it failed to start.
+  absl::Duration wall;           // From the request to the end of the stream.
+};
+inline constexpr size_t kMaxCommandOutput = 1 << 20;  // moat run --json's cap.
 
 // The metadata key under which the controller's sandbox id travels to the agent: after a
 // controller crash, what an agent runs is matched to the store by it (reconcile).
@@ -44,6 +72,14 @@ class AgentClient {
   // The agent ends the sandbox `ttl` from now (its own expiry, in case the controller is gone).
   virtual absl::Status Renew(const AgentEndpoint& agent, const std::string& agent_id,
                              absl::Duration ttl) = 0;
+  // The cgroup freezer: every process of the sandbox stops (Pause) or goes on (Resume).
+  virtual absl::Status Pause(const AgentEndpoint& agent, const std::string& agent_id) = 0;
+  virtual absl::Status Resume(const AgentEndpoint& agent, const std::string& agent_id) = 0;
+  // Runs `command` in the sandbox (its own token: `sandbox_token`) and waits for its end.
+  virtual absl::StatusOr<AgentCommandResult> RunCommand(const AgentEndpoint& agent,
+                                                        const std::string& agent_id,
+                                                        const std::string& sandbox_token,
+                                                        const AgentCommand& command) = 0;
 };
 
 // Over HTTP(S) with the agent's node token. Each call has `timeout`.

@@ -13,11 +13,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "controller/lifecycle_json.h"
-#include "util/log.h"
 #include "controller/proxy.h"
 #include "util/join_auth.h"
-#include "util/token.h"
+#include "util/log.h"
 #include "util/status_macros.h"
+#include "util/token.h"
 
 namespace moat::controller {
 namespace {
@@ -215,6 +215,17 @@ void HttpApi::Routes() {
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     nodes_->Snapshot();  // Cheap when nothing changed.
     metrics_->SetNodes(nodes_->CountByStateAndArch());
+    scheduler::Resources allocatable, allocated;
+    for (const NodeView& n : nodes_->List()) {
+      if (n.state == scheduler::NodeState::kLost) continue;
+      allocatable.cpu += n.report.allocatable.cpu;
+      allocatable.memory += n.report.allocatable.memory;
+      allocatable.pids += n.report.allocatable.pids;
+      allocated.cpu += n.allocated.cpu;
+      allocated.memory += n.allocated.memory;
+      allocated.pids += n.allocated.pids;
+    }
+    metrics_->SetCapacity(allocatable, allocated);
     res.set_content(metrics_->Serialize(), "text/plain; version=0.0.4");
   });
   NodeRoutes();
@@ -255,8 +266,8 @@ void HttpApi::NodeRoutes() {
            std::string name = req.matches[1].str();
            absl::StatusOr<NodeReport> report = ParseHeartbeat(req.body);
            if (!report.ok()) return SendStatus(res, report.status());
-           absl::StatusOr<bool> first = nodes_->Heartbeat(
-               name, BearerToken(req.get_header_value("Authorization")), *report);
+           absl::StatusOr<bool> first =
+               nodes_->Heartbeat(name, BearerToken(req.get_header_value("Authorization")), *report);
            if (!first.ok()) return SendStatus(res, first.status());
            SendJson(res, 200, json::object());
            if (*first && on_join_) on_join_(name);
@@ -268,17 +279,30 @@ void HttpApi::NodeRoutes() {
     for (const NodeView& n : nodes_->List()) items.push_back(NodeJson(n));
     SendJson(res, 200, {{"items", items}});
   });
-  s.Post(R"(/v1/nodes/([^/]+)/(cordon|uncordon|drain))",
+  s.Post(R"(/v1/nodes/([^/]+)/(cordon|uncordon))",
          [this](const httplib::Request& req, httplib::Response& res) {
            std::string tenant;
            if (!Tenant(req, res, &tenant)) return;
            std::string name = req.matches[1].str(), verb = req.matches[2].str();
-           absl::Status st = verb == "drain"    ? nodes_->SetDraining(name)
-                             : verb == "cordon" ? nodes_->SetCordoned(name, true)
-                                                : nodes_->SetCordoned(name, false);
+           absl::Status st = nodes_->SetCordoned(name, verb == "cordon");
            if (!st.ok()) return SendStatus(res, st);
            SendJson(res, 200, NodeJson(*nodes_->Get(name)));
          });
+  // Drain: cordon, and end the node's sandboxes after the grace period (they cannot move).
+  s.Post(R"(/v1/nodes/([^/]+)/drain)", [this](const httplib::Request& req, httplib::Response& res) {
+    std::string tenant;
+    if (!Tenant(req, res, &tenant)) return;
+    absl::StatusOr<absl::Duration> grace = ParseDrain(req.body);
+    if (!grace.ok()) return SendStatus(res, grace.status());
+    std::string name = req.matches[1].str();
+    absl::StatusOr<DrainReport> report = sandboxes_->Drain(name, *grace);
+    if (!report.ok()) return SendStatus(res, report.status());
+    json out = NodeJson(*nodes_->Get(name));
+    out["drain"] = {{"ended", report->ended},
+                    {"remaining", report->remaining},
+                    {"endsAt", FormatApiTime(report->deadline)}};
+    SendJson(res, 200, out);
+  });
 }
 
 void HttpApi::LifecycleRoutes() {
@@ -344,17 +368,18 @@ void HttpApi::LifecycleRoutes() {
     if (!sb.ok()) return SendStatus(res, sb.status());
     SendJson(res, 200, SandboxJson(*sb));
   });
-  for (const char* verb : {"pause", "resume"}) {
-    s.Post(Both(absl::StrCat("/sandboxes/([^/]+)/", verb)),
-           [this, verb](const httplib::Request& req, httplib::Response& res) {
+  // OpenSandbox answers 202 and the client polls the state; moat's freezer settles within the
+  // call (the agent's pause answers once frozen), so the state is already Paused (Running).
+  for (const bool pause : {true, false}) {
+    s.Post(Both(pause ? "/sandboxes/([^/]+)/pause" : "/sandboxes/([^/]+)/resume"),
+           [this, pause](const httplib::Request& req, httplib::Response& res) {
              std::string tenant;
              if (!Tenant(req, res, &tenant)) return;
-             absl::StatusOr<Sandbox> sb = sandboxes_->Get(tenant, req.matches[1].str());
+             const std::string id = req.matches[1].str();
+             absl::StatusOr<Sandbox> sb =
+                 pause ? sandboxes_->Pause(tenant, id) : sandboxes_->Resume(tenant, id);
              if (!sb.ok()) return SendStatus(res, sb.status());
-             SendError(res, 501,
-                       absl::StrCat("moat-controller cannot ", verb,
-                                    " sandboxes yet: the agent has no freezer API; delete and "
-                                    "create instead"));
+             res.status = 202;
            });
   }
   s.Get(Both("/sandboxes/([^/]+)/endpoints/([0-9]{1,5})"),
@@ -404,6 +429,29 @@ void HttpApi::LifecycleRoutes() {
   s.Put(proxy_route, proxy);
   s.Patch(proxy_route, proxy);
   s.Delete(proxy_route, proxy);
+  // moat's one-call run: place (warm when the request keeps to the profile), run, delete.
+  s.Post("/v1/run", [this, &config](const httplib::Request& req, httplib::Response& res) {
+    std::string tenant;
+    if (!Tenant(req, res, &tenant)) return;
+    absl::StatusOr<RunRequest> run = ParseRunRequest(req.body, config, clock_->Now());
+    if (!run.ok()) return SendStatus(res, run.status());
+    if (!run->spec.arch.empty() && !nodes_->AnyNodeHasArch(run->spec.arch)) {
+      return SendError(res, 400,
+                       absl::StrCat("no node of architecture ", run->spec.arch,
+                                    " has joined; ask for one the fleet has, or none"));
+    }
+    run->spec.tenant = tenant;
+    absl::StatusOr<std::string> id = NewSandboxId();
+    if (!id.ok()) return SendStatus(res, id.status());
+    run->spec.id = *id;
+    absl::StatusOr<AgentCommandResult> result = sandboxes_->Run(run->spec, run->command);
+    if (!result.ok()) return SendStatus(res, result.status());
+    if (result->status == "failed_to_start") {
+      return SendError(res, 503,
+                       absl::StrCat("the command could not start in the sandbox: ", result->error));
+    }
+    SendJson(res, 200, RunResultJson(*result));
+  });
   s.Post(Both("/metrics/events"), [this](const httplib::Request& req, httplib::Response& res) {
     std::string tenant;
     if (!Tenant(req, res, &tenant)) return;

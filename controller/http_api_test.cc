@@ -237,10 +237,32 @@ TEST_F(HttpApiTest, RenewAndMetadata) {
   EXPECT_EQ(json::parse(filtered->body)["pagination"]["totalItems"], 1);
   filtered = client_->Get("/v1/sandboxes?metadata=team%3Dred", Auth());
   EXPECT_EQ(json::parse(filtered->body)["pagination"]["totalItems"], 0);
+}
+
+TEST_F(HttpApiTest, PauseAndResumeAnswer202AndTheStateFollows) {
+  JoinNode("n1");
+  auto created = client_->Post("/v1/sandboxes", Auth(), CreateBody(), "application/json");
+  std::string id = json::parse(created->body)["id"];
+  auto paused = client_->Post("/v1/sandboxes/" + id + "/pause", Auth(), "", "application/json");
+  EXPECT_EQ(paused->status, 202) << paused->body;
+  EXPECT_EQ(json::parse(client_->Get("/v1/sandboxes/" + id, Auth())->body)["status"]["state"],
+            "Paused");
+  auto list = client_->Get("/v1/sandboxes?state=Paused", Auth());
+  EXPECT_EQ(json::parse(list->body)["pagination"]["totalItems"], 1);
+  // A paused sandbox runs nothing: the proxy says so.
+  ExpectError(client_->Post("/v1/sandboxes/" + id + "/proxy/44772/command", Auth(),
+                            R"({"command": "true"})", "application/json"),
+              409, "CONFLICT");
   EXPECT_THAT(
       ExpectError(client_->Post("/v1/sandboxes/" + id + "/pause", Auth(), "", "application/json"),
-                  501, "NOT_IMPLEMENTED"),
-      HasSubstr("pause"));
+                  409, "CONFLICT"),
+      HasSubstr("is Paused"));
+  EXPECT_EQ(client_->Post("/sandboxes/" + id + "/resume", Auth(), "", "application/json")->status,
+            202);
+  EXPECT_EQ(json::parse(client_->Get("/v1/sandboxes/" + id, Auth())->body)["status"]["state"],
+            "Running");
+  ExpectError(client_->Post("/v1/sandboxes/nope/pause", Auth(), "", "application/json"), 404,
+              "NOT_FOUND");
 }
 
 TEST_F(HttpApiTest, JoinNeedsTheProofAndRefusesReplays) {
@@ -291,8 +313,18 @@ TEST_F(HttpApiTest, CordonUncordonDrainAndList) {
   auto res = client_->Post("/v1/sandboxes", Auth(), CreateBody(), "application/json");
   EXPECT_EQ(json::parse(res->body)["status"]["message"], "0/1 nodes: 1 cordoned");
   client_->Post("/v1/nodes/n1/uncordon", Auth(), "", "application/json");
+  auto created = client_->Post("/v1/sandboxes", Auth(), CreateBody(), "application/json");
+  std::string id = json::parse(created->body)["id"];
+  ExpectError(client_->Post("/v1/nodes/n1/drain", Auth(), R"({"gracePeriodSeconds": -1})",
+                            "application/json"),
+              400, "INVALID_REQUEST");
   auto drain = client_->Post("/v1/nodes/n1/drain", Auth(), "", "application/json");
+  ASSERT_EQ(drain->status, 200) << drain->body;
   EXPECT_EQ(json::parse(drain->body)["draining"], true);
+  EXPECT_EQ(json::parse(drain->body)["drain"]["ended"], json::array({id}));
+  json ended = json::parse(client_->Get("/v1/sandboxes/" + id, Auth())->body);
+  EXPECT_EQ(ended["status"]["state"], "Failed");
+  EXPECT_EQ(ended["status"]["reason"], "NODE_DRAINED");
   auto list = client_->Get("/v1/nodes", Auth());
   json nodes = json::parse(list->body)["items"];
   ASSERT_EQ(nodes.size(), 1u);
@@ -302,6 +334,33 @@ TEST_F(HttpApiTest, CordonUncordonDrainAndList) {
   EXPECT_THAT(list->body, ::testing::Not(HasSubstr("node-token-0123456789")));
   ExpectError(client_->Post("/v1/nodes/nope/cordon", Auth(), "", "application/json"), 404,
               "NOT_FOUND");
+}
+
+TEST_F(HttpApiTest, RunAnswersTheResultAndLeavesNothing) {
+  JoinNode("n1");
+  auto res = client_->Post("/v1/run", Auth(),
+                           R"({"command": ["echo", "hi"], "image": {"uri": "python:3.11"}})",
+                           "application/json");
+  ASSERT_EQ(res->status, 200) << res->body;
+  json result = json::parse(res->body);
+  EXPECT_EQ(result["status"], "exited");
+  EXPECT_EQ(result["exit_code"], 0);
+  EXPECT_EQ(result["stdout"], "exec 'echo' 'hi'\n");  // The fake agent echoes the command.
+  EXPECT_EQ(json::parse(client_->Get("/v1/sandboxes", Auth())->body)["items"].size(), 0u);
+  ExpectError(client_->Post("/v1/run", Auth(), R"({"code": 1})", "application/json"), 400,
+              "INVALID_REQUEST");
+  EXPECT_EQ(client_->Post("/v1/run", R"({"command": "true"})", "application/json")->status, 401);
+}
+
+TEST_F(HttpApiTest, MetricsShowAllocatableAndAllocatedPerResource) {
+  JoinNode("n1");
+  JoinNode("n2");
+  ASSERT_EQ(client_->Post("/v1/sandboxes", Auth(), CreateBody(), "application/json")->status, 202);
+  std::string body = client_->Get("/metrics")->body;
+  EXPECT_THAT(body, HasSubstr("moat_controller_allocatable{resource=\"cpu\"} 4"));
+  EXPECT_THAT(body, HasSubstr("moat_controller_allocatable{resource=\"memory\"} 17179869184"));
+  EXPECT_THAT(body, HasSubstr("moat_controller_allocated{resource=\"cpu\"} 0.5"));
+  EXPECT_THAT(body, HasSubstr("moat_controller_allocated{resource=\"memory\"} 1073741824"));
 }
 
 TEST(RoutePatternTest, IdsNeverBecomeLabels) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "controller/scheduler/framework.h"
 #include "util/status_macros.h"
 #include "util/strict_json.h"
@@ -84,9 +85,10 @@ bool IsNodeName(absl::string_view name) {
 
 absl::StatusOr<NodeReport> ParseReport(const json& j) {
   if (!j.is_object()) return Bad("report", "must be an object");
-  RETURN_IF_ERROR(CheckFields(j, "report.",
-                              {"agent_url", "agent_token", "arch", "kernel", "cgroup", "version",
-                               "allocatable", "used", "profiles", "warm", "labels", "taints"}));
+  RETURN_IF_ERROR(
+      CheckFields(j, "report.",
+                  {"agent_url", "agent_token", "arch", "kernel", "cgroup", "version", "allocatable",
+                   "used", "profiles", "profile_limits", "warm", "labels", "taints"}));
   NodeReport r;
   try {
     r.agent_url = j.value("agent_url", "");
@@ -105,6 +107,11 @@ absl::StatusOr<NodeReport> ParseReport(const json& j) {
       out->pids = res.value("pids", uint64_t{0});
     }
     if (j.contains("profiles")) r.profiles = j["profiles"].get<std::vector<std::string>>();
+    if (j.contains("profile_limits")) {
+      for (const auto& [name, l] : j["profile_limits"].items()) {
+        r.profile_limits[name] = {l.value("cpus", 0.0), l.value("memory_bytes", uint64_t{0}), 0};
+      }
+    }
     if (j.contains("warm")) r.warm = j["warm"].get<std::map<std::string, int>>();
     if (j.contains("labels")) r.labels = j["labels"].get<std::map<std::string, std::string>>();
     if (j.contains("taints")) {
@@ -121,6 +128,58 @@ absl::StatusOr<NodeReport> ParseReport(const json& j) {
   }
   if (r.arch.empty()) return Bad("report.arch", "is required (uname -m)");
   return r;
+}
+
+// A domain as OpenSandbox's egress rules and moat's allowedDomains take it: "example.com",
+// "*.example.com" (subdomains), lower case letters, digits, '-' and '.', at most 253 bytes.
+bool IsDomainTarget(absl::string_view target) {
+  absl::string_view rest = target;
+  absl::ConsumePrefix(&rest, "*.");
+  if (rest.empty() || target.size() > 253 || rest.front() == '.' || rest.back() == '.' ||
+      absl::StrContains(rest, "..")) {
+    return false;
+  }
+  for (char c : rest) {
+    if (!absl::ascii_islower(c) && !absl::ascii_isdigit(c) && c != '-' && c != '.') return false;
+  }
+  return true;
+}
+
+// networkPolicy -> moat's egress policy. moat's sandboxes have no network unless domains are
+// allowed, so defaultAction must be deny (or left out); allow rules become allowedDomains and
+// deny rules deniedDomains (in moat a deny wins over any allow: stricter than OpenSandbox's
+// first-match order, never looser). No rules: the profile's policy (no network by default).
+absl::Status ParseNetworkPolicy(const json& p, Sandbox& s) {
+  if (!p.is_object()) return Bad("networkPolicy", "must be {\"defaultAction\", \"egress\"}");
+  RETURN_IF_ERROR(CheckFields(p, "networkPolicy.", {"defaultAction", "egress"}));
+  if (p.contains("defaultAction") && p["defaultAction"] != "deny") {
+    return Bad("networkPolicy.defaultAction",
+               "must be \"deny\": moat-controller allows no egress but the domains listed in "
+               "egress rules; list them instead of allowing everything");
+  }
+  if (!p.contains("egress") || p["egress"].is_null()) return absl::OkStatus();
+  if (!p["egress"].is_array() || p["egress"].size() > 256) {
+    return Bad("networkPolicy.egress", "must be an array of at most 256 rules");
+  }
+  for (const json& rule : p["egress"]) {
+    if (!rule.is_object()) return Bad("networkPolicy.egress", "must hold {action, target} rules");
+    RETURN_IF_ERROR(CheckFields(rule, "networkPolicy.egress[].", {"action", "target"}));
+    if (!rule.contains("target") || !rule["target"].is_string() ||
+        !IsDomainTarget(rule["target"].get<std::string>())) {
+      return Bad("networkPolicy.egress[].target",
+                 "must be a lower-case domain such as \"example.com\" or \"*.example.com\" "
+                 "(IPs and CIDRs are not supported)");
+    }
+    std::string target = rule["target"].get<std::string>();
+    if (rule.value("action", "") == "allow") {
+      s.egress_allow.push_back(target);
+    } else if (rule.value("action", "") == "deny") {
+      s.egress_deny.push_back(target);
+    } else {
+      return Bad("networkPolicy.egress[].action", "must be \"allow\" or \"deny\"");
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -221,8 +280,10 @@ absl::StatusOr<Sandbox> ParseCreateSandbox(absl::string_view body, const Control
     for (const auto& [k, v] : limits) {
       if (k == "cpu") {
         ASSIGN_OR_RETURN(s.resources.cpu, ParseCpuQuantity(v));
+        s.limit_cpus = s.resources.cpu;
       } else if (k == "memory") {
         ASSIGN_OR_RETURN(s.resources.memory, ParseMemoryQuantity(v));
+        s.limit_memory = s.resources.memory;
       } else {
         return Bad(absl::StrCat("resourceLimits.", k),
                    "is not a resource moat schedules; use cpu and memory");
@@ -261,9 +322,8 @@ absl::StatusOr<Sandbox> ParseCreateSandbox(absl::string_view body, const Control
       s.arch = scheduler::NormalizeArch(p["arch"].get<std::string>());
     }
   }
-  if (doc.contains("networkPolicy") && !doc["networkPolicy"].is_null() &&
-      !doc["networkPolicy"].is_object()) {
-    return Bad("networkPolicy", "must be an object");
+  if (doc.contains("networkPolicy") && !doc["networkPolicy"].is_null()) {
+    RETURN_IF_ERROR(ParseNetworkPolicy(doc["networkPolicy"], s));
   }
   return s;
 }
@@ -353,6 +413,136 @@ json ListJson(const std::vector<Sandbox>& all, const ListQuery& q) {
             {"totalItems", total},
             {"totalPages", pages},
             {"hasNextPage", q.page < pages}}}};
+}
+
+std::string ShellQuote(absl::string_view word) {
+  std::string out = "'";
+  for (char c : word) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  out += "'";
+  return out;
+}
+
+absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body, const ControllerConfig& config,
+                                           absl::Time now) {
+  ASSIGN_OR_RETURN(json doc, ParseObject(body));
+  RETURN_IF_ERROR(
+      CheckFields(doc, "",
+                  {"command", "code", "language", "image", "env", "timeout", "resourceLimits",
+                   "resourceRequests", "networkPolicy", "platform", "metadata"}));
+  RunRequest run;
+  if (doc.contains("command") == doc.contains("code")) {
+    return Bad("command",
+               "or \"code\" is required, not both: \"command\": \"echo hi\" (for "
+               "/bin/sh -c) or [\"echo\", \"hi\"], or \"code\" with \"language\"");
+  }
+  if (doc.contains("command")) {
+    const json& c = doc["command"];
+    if (c.is_string()) {
+      run.command.command = c.get<std::string>();
+    } else if (c.is_array() && !c.empty()) {
+      std::vector<std::string> words;
+      for (const json& w : c) {
+        if (!w.is_string()) return Bad("command", "must hold only strings");
+        words.push_back(ShellQuote(w.get<std::string>()));
+      }
+      run.command.command = absl::StrCat("exec ", absl::StrJoin(words, " "));
+    } else {
+      return Bad("command", "must be a string (for /bin/sh -c) or a non-empty array of strings");
+    }
+    if (doc.contains("language")) return Bad("language", "goes with \"code\", not \"command\"");
+  } else {
+    if (!doc["code"].is_string()) return Bad("code", "must be a string");
+    const std::string language = doc.value("language", "python");
+    static const std::map<std::string, std::string> kInterpreters = {
+        {"python", "python3 -c"}, {"sh", "sh -c"}, {"bash", "bash -c"}, {"node", "node -e"}};
+    auto it = kInterpreters.find(language);
+    if (it == kInterpreters.end()) {
+      return Bad("language", "must be one of python, sh, bash, node");
+    }
+    run.command.command =
+        absl::StrCat("exec ", it->second, " ", ShellQuote(doc["code"].get<std::string>()));
+  }
+  if (run.command.command.empty() || run.command.command.size() > 65536) {
+    return Bad(doc.contains("code") ? "code" : "command", "must be 1 to 65536 bytes");
+  }
+  int64_t timeout = 60;
+  if (doc.contains("timeout")) {
+    int64_t max = absl::ToInt64Seconds(config.max_timeout);
+    if (!doc["timeout"].is_number_integer() || doc["timeout"].get<int64_t>() < 1 ||
+        doc["timeout"].get<int64_t>() > max) {
+      return Bad("timeout", absl::StrCat("must be whole seconds from 1 to ", max));
+    }
+    timeout = doc["timeout"].get<int64_t>();
+  }
+  run.command.timeout = absl::Seconds(timeout);
+  // The sandbox: a create's fields, its life the command's timeout (at least a create's 60 s).
+  json create = {{"image", doc.contains("image") ? doc["image"] : json{{"uri", "default"}}},
+                 {"entrypoint", {"/bin/sh"}},
+                 {"timeout", std::max<int64_t>(60, timeout)}};
+  for (const char* key :
+       {"env", "resourceLimits", "resourceRequests", "networkPolicy", "platform", "metadata"}) {
+    if (doc.contains(key)) create[key] = doc[key];
+  }
+  ASSIGN_OR_RETURN(run.spec, ParseCreateSandbox(create.dump(), config, now));
+  return run;
+}
+
+// The shape of sandbox/output/result.h's ToJson (moat run --json), written here because the
+// controller does not depend on the sandbox runtime (scripts/check_layers.py);
+// e2e/controller/cli_test compares the two objects' keys.
+json RunResultJson(const AgentCommandResult& r) {
+  std::string status = "exited";
+  json exit_code = nullptr, signal = nullptr;
+  json violations = json::array();
+  const int code = r.exit_code.value_or(-1);
+  if (r.status == "timed_out") {
+    status = "wall_timeout";
+    signal = 9;
+  } else if (r.status == "oom_killed") {
+    status = "oom_killed";
+    signal = 9;
+    violations.push_back(
+        {{"kind", "memory"},
+         {"detail", "a process was killed by the OOM killer at the memory limit"}});
+  } else if ((r.status == "signaled" || r.status == "interrupted") && code > 128) {
+    status = "signaled";
+    signal = code - 128;
+  } else {
+    exit_code = r.exit_code.value_or(0);
+  }
+  return {{"status", status},
+          {"exit_code", exit_code},
+          {"signal", signal},
+          {"stdout", r.stdout_text},
+          {"stderr", r.stderr_text},
+          {"stdout_truncated", r.stdout_truncated},
+          {"stderr_truncated", r.stderr_truncated},
+          {"wall_seconds", absl::ToDoubleSeconds(r.wall)},
+          {"cpu_seconds", 0.0},
+          {"peak_memory_bytes", 0},
+          {"violations", violations},
+          {"notes",
+           {"through moat-controller: cpu_seconds and peak_memory_bytes are not reported (0), "
+            "and output is rebuilt from the agent's lines (a last line without a newline gets "
+            "one)"}}};
+}
+
+absl::StatusOr<absl::Duration> ParseDrain(absl::string_view body) {
+  if (absl::StripAsciiWhitespace(body).empty()) return absl::ZeroDuration();
+  ASSIGN_OR_RETURN(json doc, ParseObject(body));
+  RETURN_IF_ERROR(CheckFields(doc, "", {"gracePeriodSeconds"}));
+  if (!doc.contains("gracePeriodSeconds")) return absl::ZeroDuration();
+  const json& g = doc["gracePeriodSeconds"];
+  if (!g.is_number_integer() || g.get<int64_t>() < 0 || g.get<int64_t>() > 86400) {
+    return Bad("gracePeriodSeconds", "must be whole seconds from 0 to 86400");
+  }
+  return absl::Seconds(g.get<int64_t>());
 }
 
 absl::StatusOr<absl::Time> ParseRenew(absl::string_view body) {

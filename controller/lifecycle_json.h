@@ -45,6 +45,26 @@ absl::StatusOr<absl::Time> ParseRenew(absl::string_view body);
 absl::StatusOr<std::map<std::string, std::optional<std::string>>> ParseMetadataPatch(
     absl::string_view body);
 
+// POST /v1/run: {"command": "echo hi" or ["echo", "hi"]} or {"code": "...", "language":
+// "python" (python, sh, bash, node)}; optional image, env, timeout (wall seconds, 1 to
+// api.max_timeout, default 60), resourceLimits, resourceRequests, networkPolicy, platform,
+// metadata. The sandbox's spec is a create's (ParseCreateSandbox) with image "default" unless
+// given.
+struct RunRequest {
+  Sandbox spec;
+  AgentCommand command;
+};
+absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body, const ControllerConfig& config,
+                                           absl::Time now);
+// `moat run --json`'s result (sandbox/result.h) from what the agent reported.
+nlohmann::json RunResultJson(const AgentCommandResult& r);
+// POSIX sh single quoting: the word reads back as `word`.
+std::string ShellQuote(absl::string_view word);
+
+// POST /v1/nodes/{name}/drain: an empty body, or {"gracePeriodSeconds": 0 to 86400} (default 0:
+// the node's sandboxes end at once).
+absl::StatusOr<absl::Duration> ParseDrain(absl::string_view body);
+
 struct JoinRequest {
   std::string name;  // [a-z0-9][a-z0-9._-]{0,62}
   std::string nonce;

@@ -1,5 +1,6 @@
 #include "controller/lifecycle_json.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -118,4 +119,110 @@ TEST(JoinRequestTest, StrictAndWithoutTheToken) {
 }
 
 }  // namespace
+TEST(CreateSandboxTest, NetworkPolicyBecomesMoatsEgressPolicy) {
+  ControllerConfig config;
+  config.images = {{"*", "default"}};
+  absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  auto parse = [&](const std::string& policy) {
+    return ParseCreateSandbox(
+        absl::StrCat(R"({"image": {"uri": "x"}, "entrypoint": ["sh"], "networkPolicy": )", policy,
+                     "}"),
+        config, now);
+  };
+  auto s = parse(R"({"defaultAction": "deny", "egress": [{"action": "allow", "target": "pypi.org"},
+                    {"action": "allow", "target": "*.github.com"},
+                    {"action": "deny", "target": "evil.github.com"}]})");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->egress_allow, (std::vector<std::string>{"pypi.org", "*.github.com"}));
+  EXPECT_EQ(s->egress_deny, std::vector<std::string>{"evil.github.com"});
+  EXPECT_TRUE(parse("{}")->egress_allow.empty());
+  EXPECT_TRUE(parse("null")->egress_allow.empty());
+  // Fail closed: moat never allows everything.
+  EXPECT_THAT(parse(R"({"defaultAction": "allow"})").status().message(),
+              HasSubstr("must be \"deny\""));
+  for (const char* bad : {R"({"egress": [{"action": "allow", "target": "10.0.0.0/8"}]})",
+                          R"({"egress": [{"action": "allow", "target": "a..b"}]})",
+                          R"({"egress": [{"action": "allow", "target": "Example.COM"}]})",
+                          R"({"egress": [{"action": "maybe", "target": "a.b"}]})",
+                          R"({"egress": [{"action": "allow"}]})", R"({"egress": "a.b"})",
+                          R"({"colour": 1})", R"("a.b")"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(parse(bad).status())) << bad;
+  }
+}
+
+TEST(CreateSandboxTest, ResourceLimitsAreKeptForTheAgent) {
+  ControllerConfig config;
+  config.images = {{"*", "default"}};
+  auto s = ParseCreateSandbox(R"({"image": {"uri": "x"}, "entrypoint": ["sh"],
+                                  "resourceLimits": {"cpu": "500m", "memory": "256Mi"},
+                                  "resourceRequests": {"cpu": "100m"}})",
+                              config, absl::Now());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->limit_cpus, 0.5);
+  EXPECT_EQ(s->limit_memory, 256ULL << 20);
+  EXPECT_EQ(s->resources.cpu, 0.1);  // The request is what the scheduler reserves.
+}
+
+TEST(DrainTest, GracePeriod) {
+  EXPECT_EQ(*ParseDrain(""), absl::ZeroDuration());
+  EXPECT_EQ(*ParseDrain(R"({"gracePeriodSeconds": 30})"), absl::Seconds(30));
+  EXPECT_FALSE(ParseDrain(R"({"gracePeriodSeconds": -1})").ok());
+  EXPECT_FALSE(ParseDrain(R"({"gracePeriodSeconds": "30"})").ok());
+  EXPECT_FALSE(ParseDrain(R"({"grace": 30})").ok());
+}
+
+TEST(RunRequestTest, CommandCodeAndTheSandboxSpec) {
+  ControllerConfig config;
+  config.images = {{"python:*", "python"}, {"*", "default"}};
+  absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  auto run = ParseRunRequest(R"({"command": ["echo", "it's", "$HOME"], "timeout": 5,
+                                 "env": {"A": "1"}})",
+                             config, now);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->command.command, R"(exec 'echo' 'it'\''s' '$HOME')");
+  EXPECT_EQ(run->command.timeout, absl::Seconds(5));
+  EXPECT_EQ(run->spec.profile, "default");
+  EXPECT_EQ(run->spec.env.at("A"), "1");
+  EXPECT_EQ(run->spec.expires_at, now + absl::Seconds(60));
+  run =
+      ParseRunRequest(R"js({"code": "print(1)", "image": {"uri": "python:3.11"}})js", config, now);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->command.command, "exec python3 -c 'print(1)'");
+  EXPECT_EQ(run->spec.profile, "python");
+  EXPECT_EQ(ParseRunRequest(R"({"command": "ls | wc -l"})", config, now)->command.command,
+            "ls | wc -l");
+  for (const char* bad : {R"({})", R"({"command": "a", "code": "b"})", R"({"command": []})",
+                          R"({"command": [1]})", R"({"code": "x", "language": "cobol"})",
+                          R"({"command": "a", "timeout": 0})", R"({"command": "a", "colour": 1})",
+                          R"({"command": "a", "networkPolicy": {"defaultAction": "allow"}})"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(ParseRunRequest(bad, config, now).status())) << bad;
+  }
+}
+
+TEST(RunResultTest, TheMoatRunJsonShape) {
+  AgentCommandResult r;
+  r.stdout_text = "hi\n";
+  r.status = "exited";
+  r.exit_code = 3;
+  json j = RunResultJson(r);
+  EXPECT_EQ(j["status"], "exited");
+  EXPECT_EQ(j["exit_code"], 3);
+  EXPECT_EQ(j["signal"], nullptr);
+  EXPECT_EQ(j["stdout"], "hi\n");
+  for (const char* key : {"stderr", "stdout_truncated", "wall_seconds", "cpu_seconds",
+                          "peak_memory_bytes", "violations"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  r.status = "signaled";
+  r.exit_code = 137;
+  j = RunResultJson(r);
+  EXPECT_EQ(j["status"], "signaled");
+  EXPECT_EQ(j["signal"], 9);
+  EXPECT_EQ(j["exit_code"], nullptr);
+  r.status = "timed_out";
+  EXPECT_EQ(RunResultJson(r)["status"], "wall_timeout");
+  r.status = "oom_killed";
+  EXPECT_EQ(RunResultJson(r)["violations"][0]["kind"], "memory");
+}
+
 }  // namespace moat::controller

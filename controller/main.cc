@@ -12,13 +12,14 @@
 #include "controller/agent_client.h"
 #include "controller/config.h"
 #include "controller/http_api.h"
-#include "util/log.h"
+#include "controller/metered_store.h"
 #include "controller/metrics.h"
 #include "controller/nodes.h"
 #include "controller/sandboxes.h"
 #include "controller/scheduler/scheduler.h"
 #include "controller/store/memory_store.h"
 #include "controller/store/sqlite_store.h"
+#include "util/log.h"
 #include "util/token.h"
 
 namespace moat::controller {
@@ -100,8 +101,9 @@ int Run(int argc, char** argv) {
                                            config->lost_after, config->overcommit});
   scheduler::Scheduler scheduler(scheduler::SchedulerOptions{.best_of_k = config->best_of_k});
   std::unique_ptr<AgentClient> agents = NewHttpAgentClient(config->create_timeout);
+  MeteredStore metered_store(store.get(), &metrics);  // moat_controller_store_request_duration
   SandboxManager sandboxes(
-      store.get(), &nodes, agents.get(), &scheduler, &metrics, &clock,
+      &metered_store, &nodes, agents.get(), &scheduler, &metrics, &clock,
       SandboxManagerOptions{.retries = config->retries, .create_timeout = config->create_timeout});
   if (absl::Status loaded = sandboxes.Load(); !loaded.ok()) {
     LogError(absl::StrCat("loading the store: ", loaded.message()));

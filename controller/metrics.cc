@@ -57,7 +57,21 @@ ControllerMetrics::ControllerMetrics()
                          .Name("moat_controller_proxied_bytes_total")
                          .Help("Response bytes proxied from agents to clients.")
                          .Register(*registry_)
-                         .Add({})) {}
+                         .Add({})),
+      allocatable_(BuildGauge()
+                       .Name("moat_controller_allocatable")
+                       .Help("What the nodes that are not Lost report allocatable, per resource "
+                             "(cpu cores, memory bytes, pids).")
+                       .Register(*registry_)),
+      allocated_(BuildGauge()
+                     .Name("moat_controller_allocated")
+                     .Help("What the scheduler reserved on those nodes, per resource (with "
+                           "overcommit it may exceed allocatable).")
+                     .Register(*registry_)),
+      store_(BuildHistogram()
+                 .Name("moat_controller_store_request_duration_seconds")
+                 .Help("Calls to the durable store by op (get, list, commit).")
+                 .Register(*registry_)) {}
 
 void ControllerMetrics::ObserveRequest(absl::string_view route, int status,
                                        absl::Duration duration) {
@@ -92,7 +106,8 @@ void ControllerMetrics::SetNodes(
 }
 
 void ControllerMetrics::SetSandboxes(const std::map<std::string, int>& by_state) {
-  for (const char* state : {"Pending", "Running", "Paused", "Failed", "Terminated"}) {
+  for (const char* state :
+       {"Pending", "Running", "Pausing", "Paused", "Resuming", "Failed", "Terminated"}) {
     auto it = by_state.find(state);
     sandboxes_.Add({{"state", state}}).Set(it == by_state.end() ? 0 : it->second);
   }
@@ -100,6 +115,20 @@ void ControllerMetrics::SetSandboxes(const std::map<std::string, int>& by_state)
 
 void ControllerMetrics::AddProxiedBytes(uint64_t bytes) {
   proxied_bytes_.Increment(static_cast<double>(bytes));
+}
+
+void ControllerMetrics::SetCapacity(const scheduler::Resources& allocatable,
+                                    const scheduler::Resources& allocated) {
+  allocatable_.Add({{"resource", "cpu"}}).Set(allocatable.cpu);
+  allocatable_.Add({{"resource", "memory"}}).Set(static_cast<double>(allocatable.memory));
+  allocatable_.Add({{"resource", "pids"}}).Set(static_cast<double>(allocatable.pids));
+  allocated_.Add({{"resource", "cpu"}}).Set(allocated.cpu);
+  allocated_.Add({{"resource", "memory"}}).Set(static_cast<double>(allocated.memory));
+  allocated_.Add({{"resource", "pids"}}).Set(static_cast<double>(allocated.pids));
+}
+
+void ControllerMetrics::ObserveStore(absl::string_view op, absl::Duration duration) {
+  store_.Add({{"op", std::string(op)}}, LatencyBuckets()).Observe(absl::ToDoubleSeconds(duration));
 }
 
 std::string ControllerMetrics::Serialize() const {

@@ -10,6 +10,7 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "controller/scheduler/framework.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -30,6 +31,11 @@ class ControllerMetrics {
   void SetNodes(const std::map<std::pair<std::string, std::string>, int>& by_state_and_arch);
   void SetSandboxes(const std::map<std::string, int>& by_state);
   void AddProxiedBytes(uint64_t bytes);
+  // Summed over the nodes that are not Lost, per resource (cpu in cores, memory in bytes,
+  // pids): what the nodes report allocatable, and what the scheduler reserved on them.
+  void SetCapacity(const scheduler::Resources& allocatable, const scheduler::Resources& allocated);
+  // One store call: `op` is get, list or commit.
+  void ObserveStore(absl::string_view op, absl::Duration duration);
 
   std::string Serialize() const;
 
@@ -43,6 +49,9 @@ class ControllerMetrics {
   prometheus::Family<prometheus::Gauge>& nodes_;
   prometheus::Family<prometheus::Gauge>& sandboxes_;
   prometheus::Counter& proxied_bytes_;
+  prometheus::Family<prometheus::Gauge>& allocatable_;
+  prometheus::Family<prometheus::Gauge>& allocated_;
+  prometheus::Family<prometheus::Histogram>& store_;
 };
 
 }  // namespace moat::controller

@@ -37,6 +37,9 @@ struct NodeReport {
   scheduler::Resources allocatable;
   scheduler::Resources used;  // Memory and pids in use, CPU quota allocated on the node.
   std::vector<std::string> profiles;
+  // The most a sandbox of each profile may have (cpu, memory; pids unused): a request tighter
+  // than this is sent to the agent, which then starts it cold.
+  std::map<std::string, scheduler::Resources> profile_limits;
   std::map<std::string, int> warm;  // Ready warm sandboxes per profile.
   std::map<std::string, std::string> labels;
   std::vector<scheduler::Taint> taints;

@@ -6,10 +6,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "util/log.h"
 #include "nlohmann/json.hpp"
-#include "util/token.h"
+#include "util/log.h"
 #include "util/status_macros.h"
+#include "util/token.h"
 
 namespace moat::controller {
 namespace {
@@ -27,6 +27,11 @@ absl::Time UnixMillisToTime(int64_t ms) {
 
 }  // namespace
 
+bool OnNode(const Sandbox& s) {
+  return s.state == "Running" || s.state == "Pausing" || s.state == "Paused" ||
+         s.state == "Resuming";
+}
+
 std::string EncodeSandbox(const Sandbox& s) {
   json j = {{"id", s.id},
             {"tenant", s.tenant},
@@ -39,6 +44,10 @@ std::string EncodeSandbox(const Sandbox& s) {
             {"cpu", s.resources.cpu},
             {"memory", s.resources.memory},
             {"pids", s.resources.pids},
+            {"limit_cpus", s.limit_cpus},
+            {"limit_memory", s.limit_memory},
+            {"egress_allow", s.egress_allow},
+            {"egress_deny", s.egress_deny},
             {"state", s.state},
             {"reason", s.reason},
             {"message", s.message},
@@ -65,6 +74,11 @@ absl::StatusOr<Sandbox> DecodeSandbox(absl::string_view text) {
     s.metadata = j.at("metadata").get<std::map<std::string, std::string>>();
     s.resources = {j.at("cpu").get<double>(), j.at("memory").get<uint64_t>(),
                    j.at("pids").get<uint64_t>()};
+    // Absent in records of controllers before resourceLimits and networkPolicy reached agents.
+    s.limit_cpus = j.value("limit_cpus", 0.0);
+    s.limit_memory = j.value("limit_memory", uint64_t{0});
+    s.egress_allow = j.value("egress_allow", std::vector<std::string>{});
+    s.egress_deny = j.value("egress_deny", std::vector<std::string>{});
     s.state = j.at("state").get<std::string>();
     s.reason = j.at("reason").get<std::string>();
     s.message = j.at("message").get<std::string>();
@@ -103,6 +117,7 @@ absl::Status SandboxManager::Load() {
 }
 
 absl::Status SandboxManager::Persist(const Sandbox& s) {
+  if (s.ephemeral) return absl::OkStatus();
   return store_->Commit(WriteBatch().Put(absl::StrCat(kPrefix, s.id), EncodeSandbox(s))).status();
 }
 
@@ -123,7 +138,33 @@ void SandboxManager::SetPendingReason(const std::string& id, const std::string& 
   it->second.message = message;
 }
 
-absl::Status SandboxManager::Place(Sandbox& s, absl::Time deadline) {
+AgentCreate SandboxManager::AgentRequest(const Sandbox& s, const std::string& node) const {
+  AgentCreate create{s.profile, s.env, {{kControllerIdKey, s.id}}, AgentTtl(s.expires_at)};
+  // Limits only when tighter than the profile's: the agent refuses looser ones (a profile is
+  // the most its sandboxes get), and a request at the profile's limits keeps the warm pool.
+  scheduler::Resources profile;
+  if (std::optional<NodeView> view = nodes_->Get(node); view.has_value()) {
+    if (auto it = view->report.profile_limits.find(s.profile);
+        it != view->report.profile_limits.end()) {
+      profile = it->second;
+    }
+  }
+  if (s.limit_cpus > 0 && (profile.cpu == 0 || s.limit_cpus < profile.cpu)) {
+    create.cpus = s.limit_cpus;
+  }
+  if (s.limit_memory > 0 && (profile.memory == 0 || s.limit_memory < profile.memory)) {
+    create.memory_bytes = s.limit_memory;
+  }
+  if (!s.egress_allow.empty() || !s.egress_deny.empty()) {
+    nlohmann::json network = nlohmann::json::object();
+    if (!s.egress_allow.empty()) network["allowedDomains"] = s.egress_allow;
+    if (!s.egress_deny.empty()) network["deniedDomains"] = s.egress_deny;
+    create.policy = {{"network", network}};
+  }
+  return create;
+}
+
+absl::Status SandboxManager::Place(Sandbox& s, absl::Time deadline, bool& warm) {
   scheduler::SandboxRequest request;
   request.tenant = s.tenant;
   request.profile = s.profile;
@@ -154,8 +195,7 @@ absl::Status SandboxManager::Place(Sandbox& s, absl::Time deadline) {
     absl::StatusOr<AgentEndpoint> endpoint = nodes_->Endpoint(decision->node);
     absl::StatusOr<AgentSandbox> created = absl::UnavailableError("no endpoint");
     if (endpoint.ok()) {
-      AgentCreate create{s.profile, s.env, {{kControllerIdKey, s.id}}, AgentTtl(s.expires_at)};
-      created = agents_->Create(*endpoint, create);
+      created = agents_->Create(*endpoint, AgentRequest(s, decision->node));
     } else {
       created = endpoint.status();
     }
@@ -173,6 +213,7 @@ absl::Status SandboxManager::Place(Sandbox& s, absl::Time deadline) {
     s.node = decision->node;
     s.agent_id = created->id;
     s.agent_token = created->token;
+    warm = created->start == "warm";
     metrics_->ObserveScheduling(clock_->Now() - start, attempts);
     return absl::OkStatus();
   }
@@ -188,11 +229,13 @@ absl::StatusOr<Sandbox> SandboxManager::Create(Sandbox spec) {
     sandboxes_[spec.id] = spec;
     placing_.insert(spec.id);
   }
-  absl::Status placed = Place(spec, absl::Now() + options_.create_timeout);
-  return Settle(std::move(spec), placed, start);
+  bool warm = false;
+  absl::Status placed = Place(spec, absl::Now() + options_.create_timeout, warm);
+  return Settle(std::move(spec), placed, start, warm);
 }
 
-absl::StatusOr<Sandbox> SandboxManager::Settle(Sandbox s, absl::Status placed, absl::Time start) {
+absl::StatusOr<Sandbox> SandboxManager::Settle(Sandbox s, absl::Status placed, absl::Time start,
+                                               bool warm) {
   if (placed.ok()) {
     s.state = "Running";
     s.reason.clear();
@@ -207,7 +250,7 @@ absl::StatusOr<Sandbox> SandboxManager::Settle(Sandbox s, absl::Status placed, a
       }
       nodes_->Release(s.node, s.tenant, s.resources);
     }
-  } else if (absl::IsResourceExhausted(placed)) {
+  } else if (absl::IsResourceExhausted(placed) && !s.ephemeral) {
     // No node fits now: the sandbox waits, Pending, with the reason; stored, since the create
     // answers (acknowledges) it.
     s.reason = "UNSCHEDULABLE";
@@ -224,7 +267,7 @@ absl::StatusOr<Sandbox> SandboxManager::Settle(Sandbox s, absl::Status placed, a
     sandboxes_.erase(s.id);
     return placed;
   }
-  if (s.state == "Running") metrics_->ObserveCreateToReady(/*warm=*/false, clock_->Now() - start);
+  if (s.state == "Running") metrics_->ObserveCreateToReady(warm, clock_->Now() - start);
   auto it = sandboxes_.find(s.id);
   if (it == sandboxes_.end()) return absl::NotFoundError("the sandbox was deleted meanwhile");
   // Keep changes made while placing (metadata patches).
@@ -245,8 +288,9 @@ void SandboxManager::RetryPending() {
     }
   }
   for (Sandbox& s : waiting) {
-    absl::Status placed = Place(s, absl::Now());
-    absl::StatusOr<Sandbox> settled = Settle(s, placed, s.created_at);
+    bool warm = false;
+    absl::Status placed = Place(s, absl::Now(), warm);
+    absl::StatusOr<Sandbox> settled = Settle(s, placed, s.created_at, warm);
     if (!settled.ok()) {
       LogWarning(absl::StrCat("placing pending sandbox ", s.id, ": ", settled.status().message()));
       // The agents failed: it stays Pending for the next round.
@@ -312,7 +356,7 @@ absl::Status SandboxManager::Delete(const std::string& tenant, const std::string
         "the sandbox is still being placed; delete it once "
         "its create has answered");
   }
-  if (s.state == "Running" && !s.node.empty()) {
+  if (OnNode(s) && !s.node.empty()) {
     absl::StatusOr<AgentEndpoint> endpoint = nodes_->Endpoint(s.node);
     if (endpoint.ok()) {
       absl::Status deleted = agents_->Delete(*endpoint, s.agent_id);
@@ -320,10 +364,26 @@ absl::Status SandboxManager::Delete(const std::string& tenant, const std::string
     }
     nodes_->Release(s.node, s.tenant, s.resources);
   }
-  RETURN_IF_ERROR(Forget(id));
+  if (!s.ephemeral) RETURN_IF_ERROR(Forget(id));
   absl::MutexLock lock(&mu_);
   sandboxes_.erase(id);
   return absl::OkStatus();
+}
+
+absl::StatusOr<AgentCommandResult> SandboxManager::Run(Sandbox spec, const AgentCommand& command) {
+  spec.ephemeral = true;
+  ASSIGN_OR_RETURN(Sandbox s, Create(std::move(spec)));
+  absl::StatusOr<AgentCommandResult> result = absl::UnavailableError("no endpoint");
+  if (absl::StatusOr<AgentEndpoint> endpoint = nodes_->Endpoint(s.node); endpoint.ok()) {
+    result = agents_->RunCommand(*endpoint, s.agent_id, s.agent_token, command);
+  } else {
+    result = endpoint.status();
+  }
+  if (absl::Status deleted = Delete(s.tenant, s.id); !deleted.ok()) {
+    // The agent's own expiry (the run's timeout plus agent_ttl_slack) ends it all the same.
+    LogWarning(absl::StrCat("run ", s.id, ": deleting its sandbox: ", deleted.message()));
+  }
+  return result;
 }
 
 absl::StatusOr<absl::Time> SandboxManager::Renew(const std::string& tenant, const std::string& id,
@@ -336,7 +396,7 @@ absl::StatusOr<absl::Time> SandboxManager::Renew(const std::string& tenant, cons
   if (expires_at <= clock_->Now()) {
     return absl::InvalidArgumentError("expiresAt must be in the future");
   }
-  if (s.state != "Running") {
+  if (!OnNode(s)) {
     return absl::FailedPreconditionError(absl::StrCat("the sandbox is ", s.state));
   }
   ASSIGN_OR_RETURN(AgentEndpoint endpoint, nodes_->Endpoint(s.node));
@@ -370,7 +430,7 @@ void SandboxManager::NodeLost(const std::string& node) {
   {
     absl::MutexLock lock(&mu_);
     for (auto& [id, s] : sandboxes_) {
-      if (s.node != node || s.state != "Running") continue;
+      if (s.node != node || !OnNode(s)) continue;
       s.state = "Failed";
       s.reason = "NODE_LOST";
       s.message = absl::StrCat("node \"", node, "\" stopped sending heartbeats");
@@ -398,16 +458,17 @@ absl::Status SandboxManager::Reconcile(const std::string& node) {
       auto id = a.metadata.find(kControllerIdKey);
       if (id == a.metadata.end()) continue;  // Not made by a controller: not ours to judge.
       auto it = sandboxes_.find(id->second);
-      // A Pending sandbox may be in its agent create right now: not an orphan.
+      // A Pending sandbox may be in its agent create right now: not an orphan. A Failed one
+      // (its node lost or drained) has ended for its owner: what still runs of it is.
       if (it == sandboxes_.end() ||
-          (it->second.state != "Pending" && it->second.agent_id != a.id)) {
+          (it->second.state != "Pending" && (it->second.agent_id != a.id || !OnNode(it->second)))) {
         orphans.push_back(a.id);
       } else {
         on_agent.insert(a.id);
       }
     }
     for (auto& [id, s] : sandboxes_) {
-      if (s.node == node && s.state == "Running" && !on_agent.contains(s.agent_id)) {
+      if (s.node == node && OnNode(s) && !on_agent.contains(s.agent_id)) {
         s.state = "Failed";
         s.reason = "SANDBOX_MISSING";
         s.message = absl::StrCat("node \"", node, "\" no longer runs the sandbox");
@@ -442,10 +503,137 @@ void SandboxManager::Tick() {
   }
   metrics_->SetSandboxes(by_state);
   metrics_->SetPending(pending);
+  std::vector<std::string> drained;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [node, deadline] : drain_deadlines_) {
+      if (deadline <= clock_->Now()) drained.push_back(node);
+    }
+  }
+  for (const std::string& node : drained) {
+    // Uncordoned meanwhile: the drain was called off.
+    std::optional<NodeView> view = nodes_->Get(node);
+    if (view.has_value() && view->draining) {
+      EndDrained(node);
+    } else {
+      absl::MutexLock lock(&mu_);
+      drain_deadlines_.erase(node);
+    }
+  }
   for (const Sandbox& s : expired) {
     absl::Status st = Delete(s.tenant, s.id);
     if (!st.ok()) LogWarning(absl::StrCat("expiring sandbox ", s.id, ": ", st.message()));
   }
+}
+
+absl::StatusOr<Sandbox> SandboxManager::Pause(const std::string& tenant, const std::string& id) {
+  return Freeze(tenant, id, /*pause=*/true);
+}
+
+absl::StatusOr<Sandbox> SandboxManager::Resume(const std::string& tenant, const std::string& id) {
+  return Freeze(tenant, id, /*pause=*/false);
+}
+
+absl::StatusOr<Sandbox> SandboxManager::Freeze(const std::string& tenant, const std::string& id,
+                                               bool pause) {
+  const std::string from = pause ? "Running" : "Paused";
+  const std::string during = pause ? "Pausing" : "Resuming";
+  const std::string to = pause ? "Paused" : "Running";
+  std::string node, agent_id;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end() || it->second.tenant != tenant) {
+      return absl::NotFoundError(absl::StrCat("no sandbox \"", id, "\""));
+    }
+    if (it->second.state != from) {
+      return absl::FailedPreconditionError(absl::StrCat("the sandbox is ", it->second.state,
+                                                        "; only a ", from, " sandbox can be ",
+                                                        pause ? "paused" : "resumed"));
+    }
+    it->second.state = during;
+    it->second.last_transition = clock_->Now();
+    node = it->second.node;
+    agent_id = it->second.agent_id;
+  }
+  absl::StatusOr<AgentEndpoint> endpoint = nodes_->Endpoint(node);
+  absl::Status done = !endpoint.ok() ? endpoint.status()
+                      : pause        ? agents_->Pause(*endpoint, agent_id)
+                                     : agents_->Resume(*endpoint, agent_id);
+  Sandbox result;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return absl::NotFoundError("the sandbox was deleted meanwhile");
+    if (it->second.state != during) {
+      return absl::AbortedError(
+          absl::StrCat("the sandbox became ", it->second.state, " meanwhile"));
+    }
+    it->second.state = done.ok() ? to : from;
+    it->second.last_transition = clock_->Now();
+    result = it->second;
+  }
+  if (!done.ok()) {
+    return absl::Status(done.code(), absl::StrCat("the sandbox is still ", from, ": ",
+                                                  done.message(), "; try again"));
+  }
+  // Stored: after a restart a paused sandbox is still Paused (the agent keeps it frozen).
+  RETURN_IF_ERROR(Persist(result));
+  return result;
+}
+
+absl::StatusOr<DrainReport> SandboxManager::Drain(const std::string& node, absl::Duration grace) {
+  RETURN_IF_ERROR(nodes_->SetDraining(node));
+  DrainReport report;
+  report.deadline = clock_->Now() + grace;
+  {
+    // Kept until the node is uncordoned: Tick also ends what lands there later (a create that
+    // had reserved the node before the cordon).
+    absl::MutexLock lock(&mu_);
+    drain_deadlines_[node] = report.deadline;
+  }
+  if (grace <= absl::ZeroDuration()) {
+    report.ended = EndDrained(node);
+    return report;
+  }
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, s] : sandboxes_) report.remaining += s.node == node && OnNode(s);
+  return report;
+}
+
+std::vector<std::string> SandboxManager::EndDrained(const std::string& node) {
+  std::vector<Sandbox> ending;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, s] : sandboxes_) {
+      if (s.node != node || !OnNode(s)) continue;
+      s.state = "Failed";
+      s.reason = "NODE_DRAINED";
+      s.message = absl::StrCat(
+          "node \"", node, "\" was drained; create the sandbox again (it goes to another node)");
+      s.last_transition = clock_->Now();
+      ending.push_back(s);
+    }
+  }
+  std::vector<std::string> ids;
+  absl::StatusOr<AgentEndpoint> endpoint = nodes_->Endpoint(node);
+  for (const Sandbox& s : ending) {
+    if (endpoint.ok()) {
+      absl::Status deleted = agents_->Delete(*endpoint, s.agent_id);
+      if (!deleted.ok() && !absl::IsNotFound(deleted)) {
+        // Failed all the same: the reconciler deletes it when the node answers again.
+        LogWarning(
+            absl::StrCat("draining ", node, ": deleting sandbox ", s.id, ": ", deleted.message()));
+      }
+    }
+    nodes_->Release(s.node, s.tenant, s.resources);
+    if (absl::Status st = Persist(s); !st.ok()) LogError(st.message());
+    ids.push_back(s.id);
+  }
+  if (!ids.empty()) {
+    LogInfo(absl::StrCat("node ", node, " drained: ", ids.size(), " sandbox(es) ended"));
+  }
+  return ids;
 }
 
 int SandboxManager::Pending() const {

@@ -3,10 +3,11 @@
 // translates OpenSandbox's JSON to these calls.
 //
 //   create ──▶ Pending ──(a node took it)──▶ Running ──(delete, expiry)──▶ gone (404)
-//                 │                            │
-//                 └──(no node, retries spent)  └──(its node lost)──▶ Failed (NODE_LOST)
-//                          ▼
-//                        Failed
+//                 │                            │  ▲
+//                 └──(no node, retries spent)  │  └── Resuming ◀── Paused ◀── Pausing ◀─┐
+//                          ▼                   │        (resume)    (agent froze it) (pause)
+//                        Failed                ├──(its node lost)──▶ Failed (NODE_LOST)
+//                                              └──(its node drained)──▶ Failed (NODE_DRAINED)
 //
 // Durable writes (issue 12: at most two per lifecycle on the hot path): one when a sandbox is
 // Running (the create is acknowledged only after it), one when it is deleted. Pending sandboxes
@@ -46,13 +47,33 @@ struct Sandbox {
   std::vector<std::string> entrypoint;
   std::map<std::string, std::string> env;
   std::map<std::string, std::string> metadata;
-  scheduler::Resources resources;
-  std::string state = "Pending";  // OpenSandbox's: Pending, Running, Failed, Terminated.
-  std::string reason;             // Machine-readable: NODE_LOST, UNSCHEDULABLE, ...
-  std::string message;            // For people: "0/3 nodes: 2 insufficient memory, 1 no arm64".
+  scheduler::Resources resources;  // Reserved by the scheduler (resourceRequests, else limits).
+  // resourceLimits, enforced by the agent when tighter than the profile's (0: not given).
+  double limit_cpus = 0;
+  uint64_t limit_memory = 0;
+  // networkPolicy's egress rules as moat's policy (allowedDomains, deniedDomains); both empty:
+  // the profile's policy (no network by default).
+  std::vector<std::string> egress_allow, egress_deny;
+  // OpenSandbox's: Pending, Running, Pausing, Paused, Resuming, Failed.
+  std::string state = "Pending";
+  std::string reason;   // Machine-readable: NODE_LOST, UNSCHEDULABLE, ...
+  std::string message;  // For people: "0/3 nodes: 2 insufficient memory, 1 no arm64".
   absl::Time created_at, last_transition;
   absl::Time expires_at = absl::InfiniteFuture();  // InfiniteFuture: no expiry.
   std::string node, agent_id, agent_token;
+  // A sandbox of POST /v1/run: never stored (no durable write at all), never left Pending. A
+  // controller that crashes mid-run forgets it; the reconciler then deletes it as an orphan.
+  bool ephemeral = false;
+};
+
+// On a node: Running, or paused or being paused or resumed. The agent holds such a sandbox.
+bool OnNode(const Sandbox& s);
+
+// What a drain did or will do.
+struct DrainReport {
+  std::vector<std::string> ended;  // Ids ended now (NODE_DRAINED).
+  int remaining = 0;               // Sandboxes left on the node, ended at `deadline`.
+  absl::Time deadline;
 };
 
 // The store's encoding of a sandbox (JSON; the agent token included: the proxy needs it).
@@ -82,6 +103,10 @@ class SandboxManager {
   // ("0/3 nodes: ..."), stored, and placed later by RetryPending. Unavailable when the agents
   // failed on 1 + retries nodes (nothing is kept).
   absl::StatusOr<Sandbox> Create(Sandbox spec);
+  // POST /v1/run: `spec` placed (from the warm pool when it keeps to its profile), `command`
+  // run in it, and the sandbox deleted whatever happened. ResourceExhausted when no node fits
+  // within create_timeout (nothing is left waiting).
+  absl::StatusOr<AgentCommandResult> Run(Sandbox spec, const AgentCommand& command);
   // Tries once to place every Pending sandbox no create is waiting for (the placer thread).
   void RetryPending();
   // A thread that calls RetryPending every `interval` until StopPlacer (or destruction).
@@ -104,6 +129,19 @@ class SandboxManager {
       const std::string& tenant, const std::string& id,
       const std::map<std::string, std::optional<std::string>>& patch);
 
+  // Pause (cgroup freezer on the agent): Running -> Pausing -> Paused; Resume: Paused ->
+  // Resuming -> Running. Both answer once the agent did it, the new state stored.
+  // FailedPrecondition (409) from any other state; the agent's error leaves the state as it was.
+  absl::StatusOr<Sandbox> Pause(const std::string& tenant, const std::string& id);
+  absl::StatusOr<Sandbox> Resume(const std::string& tenant, const std::string& id);
+
+  // Drains `node`: no new placements (NodeTable::SetDraining), and its sandboxes, which cannot
+  // move (their processes and memory are on the node), end `grace` from now: deleted on the
+  // agent and Failed with reason NODE_DRAINED, so their owners see why. grace 0: now. Pending
+  // sandboxes are not on a node: they are placed on the others. Until the node is uncordoned,
+  // Tick also ends what lands on it after the deadline (a create that reserved it before).
+  absl::StatusOr<DrainReport> Drain(const std::string& node, absl::Duration grace);
+
   // A node was lost: its sandboxes are Failed with reason NODE_LOST (durably).
   void NodeLost(const std::string& node);
   // A node (re)joined: what its agent runs is compared with what the controller knows. Agent
@@ -118,13 +156,19 @@ class SandboxManager {
  private:
   // Schedules, reserves and calls agents until one took the sandbox, `deadline` passes while no
   // node fits (ResourceExhausted) or 1 + retries agents failed (Unavailable).
-  absl::Status Place(Sandbox& s, absl::Time deadline);
+  // `warm`: the agent took it from its warm pool.
+  absl::Status Place(Sandbox& s, absl::Time deadline, bool& warm);
   // After a placement: Running and stored, or back to Pending with the reason.
-  absl::StatusOr<Sandbox> Settle(Sandbox s, absl::Status placed, absl::Time start);
+  absl::StatusOr<Sandbox> Settle(Sandbox s, absl::Status placed, absl::Time start, bool warm);
   void SetPendingReason(const std::string& id, const std::string& message);
   absl::Status Persist(const Sandbox& s);
   absl::Status Forget(const std::string& id);
   absl::Duration AgentTtl(absl::Time expires_at) const;
+  absl::StatusOr<Sandbox> Freeze(const std::string& tenant, const std::string& id, bool pause);
+  // The agent's create for `s` on `node` (limits tighter than the node's profile, the policy).
+  AgentCreate AgentRequest(const Sandbox& s, const std::string& node) const;
+  // Ends the sandboxes of a drained node (NODE_DRAINED); their ids.
+  std::vector<std::string> EndDrained(const std::string& node);
 
   Store* store_;
   NodeTable* nodes_;
@@ -137,6 +181,7 @@ class SandboxManager {
   mutable absl::Mutex mu_;
   std::map<std::string, Sandbox> sandboxes_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> placing_ ABSL_GUARDED_BY(mu_);  // Ids a Place() is working on.
+  std::map<std::string, absl::Time> drain_deadlines_ ABSL_GUARDED_BY(mu_);  // Node -> when.
   std::thread placer_;
   absl::Notification stop_placer_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_){std::random_device{}()};

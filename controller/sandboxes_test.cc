@@ -214,4 +214,190 @@ TEST_F(SandboxManagerTest, ListIsNewestFirst) {
 }
 
 }  // namespace
+TEST_F(SandboxManagerTest, PauseAndResumeGoThroughTheAgentAndAreStored) {
+  auto m = Manager();
+  auto s = m->Create(Spec("a"));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_THAT(m->Resume("acme", "a").status().message(), HasSubstr("only a Paused sandbox"));
+  EXPECT_TRUE(absl::IsNotFound(m->Pause("other", "a").status()));
+  auto paused = m->Pause("acme", "a");
+  ASSERT_TRUE(paused.ok()) << paused.status();
+  EXPECT_EQ(paused->state, "Paused");
+  EXPECT_TRUE(agents_.Paused(s->agent_id));
+  EXPECT_EQ(DecodeSandbox((*store_.Get("sandboxes/a"))->value)->state, "Paused");
+  EXPECT_TRUE(absl::IsFailedPrecondition(m->Pause("acme", "a").status()));
+  // A paused sandbox may be renewed and still counts as on its node.
+  EXPECT_TRUE(m->Renew("acme", "a", clock_.Now() + absl::Minutes(20)).ok());
+  auto resumed = m->Resume("acme", "a");
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->state, "Running");
+  EXPECT_FALSE(agents_.Paused(s->agent_id));
+  EXPECT_EQ(DecodeSandbox((*store_.Get("sandboxes/a"))->value)->state, "Running");
+}
+
+TEST_F(SandboxManagerTest, AFailedPauseLeavesTheSandboxRunning) {
+  auto m = Manager();
+  auto s = m->Create(Spec("a"));
+  ASSERT_TRUE(s.ok()) << s.status();
+  agents_.SetFailing("http://" + s->node, true);
+  auto paused = m->Pause("acme", "a");
+  EXPECT_TRUE(absl::IsUnavailable(paused.status())) << paused.status();
+  EXPECT_THAT(paused.status().message(), HasSubstr("still Running"));
+  EXPECT_EQ(m->Get("acme", "a")->state, "Running");
+}
+
+TEST_F(SandboxManagerTest, DeletingAPausedSandboxDeletesItOnTheAgent) {
+  auto m = Manager();
+  auto s = m->Create(Spec("a"));
+  ASSERT_TRUE(s.ok() && m->Pause("acme", "a").ok());
+  ASSERT_TRUE(m->Delete("acme", "a").ok());
+  EXPECT_EQ(agents_.Running("http://" + s->node), 0);
+  EXPECT_EQ(nodes_.Get(s->node)->allocated.cpu, 0);
+}
+
+TEST_F(SandboxManagerTest, DrainEndsTheNodesSandboxesAndSaysWhy) {
+  auto m = Manager();
+  auto a = m->Create(Spec("a"));
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(m->Pause("acme", "a").ok());
+  auto report = m->Drain(a->node, absl::ZeroDuration());
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_THAT(report->ended, ::testing::ElementsAre("a"));
+  EXPECT_TRUE(nodes_.Get(a->node)->draining);
+  EXPECT_EQ(agents_.Running("http://" + a->node), 0);
+  auto got = m->Get("acme", "a");
+  EXPECT_EQ(got->state, "Failed");
+  EXPECT_EQ(got->reason, "NODE_DRAINED");
+  EXPECT_EQ(DecodeSandbox((*store_.Get("sandboxes/a"))->value)->reason, "NODE_DRAINED");
+  EXPECT_EQ(nodes_.Get(a->node)->allocated.cpu, 0);
+  // New sandboxes go elsewhere.
+  auto b = m->Create(Spec("b"));
+  ASSERT_TRUE(b.ok());
+  EXPECT_NE(b->node, a->node);
+  EXPECT_TRUE(absl::IsNotFound(m->Drain("nope", absl::ZeroDuration()).status()));
+}
+
+TEST_F(SandboxManagerTest, DrainWithAGracePeriodEndsThemWhenItIsOver) {
+  auto m = Manager();
+  auto a = m->Create(Spec("a"));
+  ASSERT_TRUE(a.ok());
+  auto report = m->Drain(a->node, absl::Seconds(30));
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->ended.empty());
+  EXPECT_EQ(report->remaining, 1);
+  m->Tick();
+  EXPECT_EQ(m->Get("acme", "a")->state, "Running");
+  clock_.Advance(absl::Seconds(31));
+  m->Tick();
+  EXPECT_EQ(m->Get("acme", "a")->reason, "NODE_DRAINED");
+  EXPECT_EQ(agents_.Running("http://" + a->node), 0);
+}
+
+TEST_F(SandboxManagerTest, AnUncordonCallsOffAPendingDrain) {
+  auto m = Manager();
+  auto a = m->Create(Spec("a"));
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(m->Drain(a->node, absl::Seconds(30)).ok());
+  ASSERT_TRUE(nodes_.SetCordoned(a->node, false).ok());
+  clock_.Advance(absl::Seconds(31));
+  m->Tick();
+  EXPECT_EQ(m->Get("acme", "a")->state, "Running");
+}
+
+TEST_F(SandboxManagerTest, ReconcileDeletesWhatStillRunsOfAFailedSandbox) {
+  auto m = Manager();
+  auto a = m->Create(Spec("a"));
+  ASSERT_TRUE(a.ok());
+  m->NodeLost(a->node);  // Failed, NODE_LOST; the agent (back) still runs it.
+  ASSERT_EQ(agents_.Running("http://" + a->node), 1);
+  ASSERT_TRUE(m->Reconcile(a->node).ok());
+  EXPECT_EQ(agents_.Running("http://" + a->node), 0);
+  EXPECT_EQ(m->Get("acme", "a")->reason, "NODE_LOST");
+}
+
+TEST_F(SandboxManagerTest, LimitsTighterThanTheProfileAndEgressReachTheAgent) {
+  NodeReport r;
+  r.agent_url = "http://p1";
+  r.agent_token = "0123456789abcdef-p1";
+  r.arch = "amd64";
+  r.allocatable = {2, 4 * kGiB, 0};
+  r.profiles = {"python"};
+  r.profile_limits["python"] = {1, 1 * kGiB, 0};
+  ASSERT_TRUE(nodes_.Join("p1", r).ok());
+  auto m = Manager();
+  Sandbox spec = Spec("a", {0.5, 256 << 20, 0});
+  spec.profile = "python";
+  spec.limit_cpus = 0.5;
+  spec.limit_memory = 2 * kGiB;  // Looser than the profile's: the profile's holds, not sent.
+  spec.egress_allow = {"pypi.org"};
+  spec.egress_deny = {"evil.pypi.org"};
+  ASSERT_TRUE(m->Create(spec).ok());
+  AgentCreate sent = agents_.LastCreate();
+  EXPECT_EQ(sent.cpus, 0.5);
+  EXPECT_EQ(sent.memory_bytes, 0u);
+  EXPECT_EQ(sent.policy["network"]["allowedDomains"], nlohmann::json({"pypi.org"}));
+  EXPECT_EQ(sent.policy["network"]["deniedDomains"], nlohmann::json({"evil.pypi.org"}));
+  // At the profile's limits and without a policy: nothing sent, so the warm pool serves it.
+  Sandbox plain = Spec("b", {0.5, 256 << 20, 0});
+  plain.profile = "python";
+  plain.limit_cpus = 1;
+  plain.limit_memory = 1 * kGiB;
+  ASSERT_TRUE(m->Create(plain).ok());
+  sent = agents_.LastCreate();
+  EXPECT_EQ(sent.cpus, 0);
+  EXPECT_EQ(sent.memory_bytes, 0u);
+  EXPECT_TRUE(sent.policy.is_null());
+}
+
+TEST_F(SandboxManagerTest, CreateToReadyIsLabelledWarmOrCold) {
+  auto m = Manager();
+  ASSERT_TRUE(m->Create(Spec("a")).ok());  // The fake agent: warm without limits or policy.
+  Sandbox cold = Spec("b");
+  cold.egress_allow = {"example.com"};
+  ASSERT_TRUE(m->Create(cold).ok());
+  Sandbox cold2 = Spec("c");
+  cold2.egress_allow = {"example.com"};
+  ASSERT_TRUE(m->Create(cold2).ok());
+  std::string text = metrics_.Serialize();
+  EXPECT_THAT(text, HasSubstr("moat_controller_create_to_ready_seconds_count{start=\"warm\"} 1"));
+  EXPECT_THAT(text, HasSubstr("moat_controller_create_to_ready_seconds_count{start=\"cold\"} 2"));
+}
+
+TEST_F(SandboxManagerTest, RunPlacesRunsAndDeletesWithoutAStoreWrite) {
+  auto m = Manager();
+  Sandbox spec = Spec("r");
+  auto result = m->Run(spec, AgentCommand{"echo hi", {}, absl::Seconds(5)});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->stdout_text, "echo hi\n");
+  EXPECT_EQ(agents_.LastCommand().timeout, absl::Seconds(5));
+  EXPECT_EQ(*store_.Revision(), 0);  // Never stored.
+  EXPECT_TRUE(absl::IsNotFound(m->Get("acme", "r").status()));
+  for (const char* n : {"n1", "n2", "n3"}) {
+    EXPECT_EQ(agents_.Running(absl::StrCat("http://", n)), 0) << n;
+    EXPECT_EQ(nodes_.Get(n)->allocated.cpu, 0) << n;
+  }
+}
+
+TEST_F(SandboxManagerTest, ARunThatFitsNowhereLeavesNothingPending) {
+  auto m = Manager();
+  auto result = m->Run(Spec("r", {64, kGiB, 0}), AgentCommand{"true"});
+  EXPECT_TRUE(absl::IsResourceExhausted(result.status())) << result.status();
+  EXPECT_EQ(m->Pending(), 0);
+  EXPECT_TRUE(m->List("acme").empty());
+}
+
+TEST_F(SandboxManagerTest, ASandboxThatLandsOnANodeWhileItIsDrainedIsEndedToo) {
+  auto m = Manager();
+  // The node is drained while its agent is creating: the create still lands there.
+  agents_.SetOnCreate([&](const std::string& url) {
+    ASSERT_TRUE(m->Drain(url.substr(std::string("http://").size()), absl::ZeroDuration()).ok());
+  });
+  auto late = m->Create(Spec("late"));
+  ASSERT_TRUE(late.ok()) << late.status();
+  ASSERT_EQ(late->state, "Running");
+  m->Tick();  // The drain goes on until the node is uncordoned.
+  EXPECT_EQ(m->Get("acme", "late")->reason, "NODE_DRAINED");
+  EXPECT_EQ(agents_.Running("http://" + late->node), 0);
+}
+
 }  // namespace moat::controller

@@ -5,11 +5,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "sandbox/cgroup/cgroup.h"
 #include "util/join_auth.h"
 #include "util/log.h"
-#include "util/token.h"
-#include "sandbox/cgroup/cgroup.h"
 #include "util/status_macros.h"
+#include "util/token.h"
 
 namespace moat::agent {
 namespace {
@@ -48,6 +48,10 @@ json NodeReportJson(const NodeFacts& f) {
              : layout->kind == sandbox::CgroupLayout::Kind::kV2 ? "v2"
                                                                 : "hybrid";
   }
+  json limits = json::object();
+  for (const auto& [name, l] : f.profile_limits) {
+    limits[name] = {{"cpus", l.cpus}, {"memory_bytes", l.memory_bytes}};
+  }
   json taints = json::array();
   for (const auto& [k, v] : f.taints) taints.push_back({{"key", k}, {"value", v}});
   return {{"agent_url", f.agent_url},
@@ -59,6 +63,7 @@ json NodeReportJson(const NodeFacts& f) {
           {"allocatable", {{"cpu", f.cpu}, {"memory", f.memory}, {"pids", f.pids}}},
           {"used", {{"cpu", f.cpu_allocated}, {"memory", f.memory_used}, {"pids", f.pids_used}}},
           {"profiles", f.profiles},
+          {"profile_limits", limits},
           {"warm", f.warm},
           {"labels", f.labels},
           {"taints", taints}};

@@ -17,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
+#include "node-agent/config/limits.h"
 
 namespace moat::agent {
 
@@ -60,6 +61,7 @@ struct NodeFacts {
   double cpu = 0, cpu_allocated = 0;
   uint64_t memory = 0, memory_used = 0, pids = 0, pids_used = 0;
   std::vector<std::string> profiles;
+  std::map<std::string, Limits> profile_limits;  // The most a sandbox of each profile may have.
   std::map<std::string, int> warm;
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> taints;  // key -> value ("" for any)

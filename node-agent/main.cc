@@ -59,7 +59,10 @@ absl::StatusOr<std::unique_ptr<ControllerLink>> MakeControllerLink(const AgentCo
   base.version = MOAT_VERSION;
   base.labels = c.labels;
   base.taints = c.taints;
-  for (const ProfileConfig& p : config.profiles) base.profiles.push_back(p.name);
+  for (const ProfileConfig& p : config.profiles) {
+    base.profiles.push_back(p.name);
+    base.profile_limits[p.name] = p.limits;
+  }
   auto report = [base, backend, service] {
     NodeFacts f = base;
     NodeUsage usage = backend->Usage();

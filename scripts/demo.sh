@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# The main job on one machine: install, build, and show `moat run` on the default policy.
+# The main job on one machine: install, build, start a fleet (moat-controller and a moat-agent
+# joined to it) and show a sandbox created, commands run through the controller and the SDK's
+# flow (scripts/fleet.sh), then `moat run` on its own, without a daemon, on the default policy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh
+echo "==== a fleet on this machine: moat-controller and a moat-agent joined to it"
+MOAT_SKIP_BUILD=1 scripts/fleet.sh
+echo
+echo "==== moat run: one process, no daemon"
 moat=build/bin/moat
 show() { printf '\n$ %s\n' "$*"; "$@" || printf '(exit status %d)\n' "$?"; }
 

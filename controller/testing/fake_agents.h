@@ -1,10 +1,14 @@
-// An in-process fleet of agents for tests and the scheduling bench: Create/Delete/List/Renew
-// act on per-node maps; failures can be injected per node.
+// An in-process fleet of agents for tests and the scheduling bench: Create/Delete/List/Renew/
+// Pause/Resume act on per-node maps; failures can be injected per node. A create is "warm" when
+// it asks for the profile's defaults (no limits, no policy), as on a real agent.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -17,14 +21,22 @@ class FakeAgents final : public AgentClient {
  public:
   absl::StatusOr<AgentSandbox> Create(const AgentEndpoint& agent,
                                       const AgentCreate& request) override {
+    std::function<void(const std::string&)> hook;
+    {
+      absl::MutexLock lock(&mu_);
+      hook = std::exchange(on_create_, nullptr);
+    }
+    if (hook) hook(agent.url);  // Outside the lock: it may call back into the fleet.
     absl::MutexLock lock(&mu_);
     ++creates_[agent.url];
     if (failing_.contains(agent.url)) {
       return absl::UnavailableError(absl::StrCat("agent ", agent.url, " is failing"));
     }
-    AgentSandbox s{absl::StrCat("sb-", ++next_), absl::StrCat("token-", next_), "running", "warm",
-                   request.metadata};
+    const bool warm = request.cpus == 0 && request.memory_bytes == 0 && request.policy.is_null();
+    AgentSandbox s{absl::StrCat("sb-", ++next_), absl::StrCat("token-", next_), "running",
+                   warm ? "warm" : "cold", request.metadata};
     running_[agent.url][s.id] = s;
+    last_create_ = request;
     return s;
   }
   absl::Status Delete(const AgentEndpoint& agent, const std::string& id) override {
@@ -44,6 +56,45 @@ class FakeAgents final : public AgentClient {
     if (!running_[agent.url].contains(id)) return absl::NotFoundError("no such sandbox");
     ttls_[id] = ttl;
     return absl::OkStatus();
+  }
+
+  absl::Status Pause(const AgentEndpoint& agent, const std::string& id) override {
+    return SetPaused(agent, id, true);
+  }
+  absl::Status Resume(const AgentEndpoint& agent, const std::string& id) override {
+    return SetPaused(agent, id, false);
+  }
+
+  // Answers with the result SetCommandResult gave (by default: the command echoed, exit 0).
+  absl::StatusOr<AgentCommandResult> RunCommand(const AgentEndpoint& agent, const std::string& id,
+                                                const std::string& token,
+                                                const AgentCommand& command) override {
+    absl::MutexLock lock(&mu_);
+    if (!running_[agent.url].contains(id)) return absl::NotFoundError("no such sandbox");
+    if (running_[agent.url][id].token != token) return absl::UnauthenticatedError("wrong token");
+    last_command_ = command;
+    if (command_result_.has_value()) return *command_result_;
+    AgentCommandResult r;
+    r.stdout_text = command.command + "\n";
+    r.status = "exited";
+    r.exit_code = 0;
+    return r;
+  }
+
+  void SetCommandResult(AgentCommandResult result) {
+    absl::MutexLock lock(&mu_);
+    command_result_ = std::move(result);
+  }
+  AgentCommand LastCommand() {
+    absl::MutexLock lock(&mu_);
+    return last_command_;
+  }
+
+  // Runs once, at the start of the next Create (a race to stage: something happening while an
+  // agent creates).
+  void SetOnCreate(std::function<void(const std::string& url)> hook) {
+    absl::MutexLock lock(&mu_);
+    on_create_ = std::move(hook);
   }
 
   void SetFailing(const std::string& url, bool failing) {
@@ -73,18 +124,45 @@ class FakeAgents final : public AgentClient {
     absl::MutexLock lock(&mu_);
     running_[url].clear();
   }
+  bool Paused(const std::string& id) {
+    absl::MutexLock lock(&mu_);
+    return paused_.contains(id);
+  }
+  AgentCreate LastCreate() {
+    absl::MutexLock lock(&mu_);
+    return last_create_;
+  }
   absl::Duration Ttl(const std::string& id) {
     absl::MutexLock lock(&mu_);
     return ttls_[id];
   }
 
  private:
+  absl::Status SetPaused(const AgentEndpoint& agent, const std::string& id, bool paused) {
+    absl::MutexLock lock(&mu_);
+    if (failing_.contains(agent.url)) {
+      return absl::UnavailableError(absl::StrCat("agent ", agent.url, " is failing"));
+    }
+    if (!running_[agent.url].contains(id)) return absl::NotFoundError("no such sandbox");
+    if (paused) {
+      paused_.insert(id);
+    } else {
+      paused_.erase(id);
+    }
+    return absl::OkStatus();
+  }
+
   absl::Mutex mu_;
   int next_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, std::map<std::string, AgentSandbox>> running_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> creates_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, absl::Duration> ttls_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> failing_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> paused_ ABSL_GUARDED_BY(mu_);
+  AgentCreate last_create_ ABSL_GUARDED_BY(mu_);
+  AgentCommand last_command_ ABSL_GUARDED_BY(mu_);
+  std::function<void(const std::string&)> on_create_ ABSL_GUARDED_BY(mu_);
+  std::optional<AgentCommandResult> command_result_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace moat::controller::testing

@@ -199,5 +199,124 @@ TEST_F(ControllerE2eTest, DrainedNodesTakeNothingNew) {
       absl::Seconds(10)));
 }
 
+// A command through the controller's proxy with the API key: its SSE body.
+std::pair<int, std::string> RunThroughProxy(Fleet& fleet, const std::string& id,
+                                            const std::string& command) {
+  httplib::Client client("127.0.0.1", fleet.controller().port());
+  client.set_read_timeout(30, 0);
+  auto res = client.Post("/sandboxes/" + id + "/proxy/44772/command",
+                         {{"OPEN-SANDBOX-API-KEY", fleet.api_key()}},
+                         json{{"command", command}}.dump(), "application/json");
+  if (!res) return {0, ""};
+  return {res->status, res->body};
+}
+
+TEST_F(ControllerE2eTest, PauseFreezesOnTheAgentAndResumeThaws) {
+  ASSERT_TRUE(fleet_->StartAgent({.name = "a1"}).ok());
+  auto [status, sb] = fleet_->Call("POST", "/v1/sandboxes", kCreate);
+  ASSERT_EQ(status, 202) << sb.dump();
+  std::string id = sb["id"];
+  auto agent_id = [&] {
+    for (const auto& [agent, controller] : AgentSandboxes("a1")) {
+      if (controller == id) return agent;
+    }
+    return std::string();
+  };
+  ASSERT_FALSE(agent_id().empty());
+  EXPECT_EQ(fleet_->Call("POST", "/v1/sandboxes/" + id + "/pause").first, 202);
+  EXPECT_EQ(fleet_->Call("GET", "/v1/sandboxes/" + id).second["status"]["state"], "Paused");
+  EXPECT_EQ(fleet_->AgentCall("a1", "GET", "/v1/sandboxes/" + agent_id()).second["paused"], true);
+  EXPECT_EQ(RunThroughProxy(*fleet_, id, "true").first, 409);
+  EXPECT_EQ(fleet_->Call("POST", "/v1/sandboxes/" + id + "/resume").first, 202);
+  EXPECT_EQ(fleet_->Call("GET", "/v1/sandboxes/" + id).second["status"]["state"], "Running");
+  EXPECT_EQ(fleet_->AgentCall("a1", "GET", "/v1/sandboxes/" + agent_id()).second["paused"], false);
+  auto [rstatus, body] = RunThroughProxy(*fleet_, id, "echo thawed");
+  EXPECT_EQ(rstatus, 200);
+  EXPECT_THAT(body, HasSubstr("thawed"));
+  EXPECT_EQ(fleet_->Call("DELETE", "/v1/sandboxes/" + id).first, 204);
+  EXPECT_TRUE(AgentSandboxes("a1").empty());
+}
+
+TEST_F(ControllerE2eTest, ResourceLimitsAndNetworkPolicyReachTheAgent) {
+  ASSERT_TRUE(fleet_->StartAgent({.name = "a1"}).ok());
+  auto [status, sb] =
+      fleet_->Call("POST", "/v1/sandboxes",
+                   R"({"image": {"uri": "python:3.11"}, "entrypoint": ["/bin/sh"], "timeout": 600,
+          "resourceLimits": {"cpu": "500m", "memory": "128Mi"},
+          "networkPolicy": {"defaultAction": "deny",
+                            "egress": [{"action": "allow", "target": "example.com"}]}})");
+  ASSERT_EQ(status, 202) << sb.dump();
+  std::string id = sb["id"];
+  auto [astatus, list] = fleet_->AgentCall("a1", "GET", "/v1/sandboxes");
+  ASSERT_EQ(list["items"].size(), 1u) << list.dump();
+  EXPECT_EQ(list["items"][0]["limits"]["cpus"], 0.5);
+  EXPECT_EQ(list["items"][0]["limits"]["memory_bytes"], 128 << 20);
+  EXPECT_EQ(list["items"][0]["start_path"], "cold");  // Not the profile's: not from the pool.
+  // An allowed domain gives the sandbox moat's egress proxy; without one it has no network.
+  auto [rstatus, body] = RunThroughProxy(*fleet_, id, "echo proxy=$HTTPS_PROXY");
+  EXPECT_EQ(rstatus, 200);
+  EXPECT_THAT(body, HasSubstr("proxy=http://"));
+  auto [pstatus, plain] = fleet_->Call("POST", "/v1/sandboxes", kCreate);
+  ASSERT_EQ(pstatus, 202);
+  auto [r2, body2] = RunThroughProxy(*fleet_, plain["id"], "echo proxy=$HTTPS_PROXY.");
+  EXPECT_THAT(body2, HasSubstr("proxy=."));
+}
+
+TEST_F(ControllerE2eTest, DrainEndsTheNodesSandboxesOnTheAgent) {
+  ASSERT_TRUE(fleet_->StartAgent({.name = "a1"}).ok());
+  auto [status, sb] = fleet_->Call("POST", "/v1/sandboxes", kCreate);
+  ASSERT_EQ(status, 202) << sb.dump();
+  std::string id = sb["id"];
+  ASSERT_EQ(AgentSandboxes("a1").size(), 1u);
+  auto [dstatus, drained] = fleet_->Call("POST", "/v1/nodes/a1/drain");
+  ASSERT_EQ(dstatus, 200) << drained.dump();
+  EXPECT_EQ(drained["drain"]["ended"], json::array({id}));
+  EXPECT_TRUE(AgentSandboxes("a1").empty());
+  auto got = fleet_->Call("GET", "/v1/sandboxes/" + id).second;
+  EXPECT_EQ(got["status"]["state"], "Failed");
+  EXPECT_EQ(got["status"]["reason"], "NODE_DRAINED");
+}
+
+TEST_F(ControllerE2eTest, RunInOneCallOnAWarmSandbox) {
+  ASSERT_TRUE(fleet_->StartAgent({.name = "a1"}).ok());
+  ASSERT_TRUE(Fleet::WaitFor(
+      [&] {
+        auto [status, nodes] = fleet_->Call("GET", "/v1/nodes");
+        return status == 200 && !nodes["items"].empty() &&
+               nodes["items"][0]["warm"].value("default", 0) > 0;
+      },
+      absl::Seconds(20)));
+  auto [status, result] = fleet_->Call(
+      "POST", "/v1/run",
+      R"({"image": {"uri": "python:3.11"}, "command": ["sh", "-c", "echo out; echo err >&2; exit 3"]})");
+  ASSERT_EQ(status, 200) << result.dump();
+  EXPECT_EQ(result["status"], "exited");
+  EXPECT_EQ(result["exit_code"], 3);
+  EXPECT_EQ(result["stdout"], "out\n");
+  EXPECT_EQ(result["stderr"], "err\n");
+  EXPECT_GT(result["wall_seconds"].get<double>(), 0);
+  // The agent served it from its pool, and nothing is left of it.
+  EXPECT_TRUE(AgentSandboxes("a1").empty());
+  EXPECT_EQ(fleet_->Call("GET", "/v1/sandboxes").second["items"].size(), 0u);
+  httplib::Client client("127.0.0.1", fleet_->controller().port());
+  auto text = client.Get("/metrics");
+  ASSERT_TRUE(text);
+  EXPECT_THAT(text->body,
+              HasSubstr("moat_controller_create_to_ready_seconds_count{start=\"warm\"} 1"));
+  // Killed by a signal: as moat run --json says it.
+  auto [kstatus, killed] = fleet_->Call(
+      "POST", "/v1/run",
+      R"({"image": {"uri": "python:3.11"}, "command": ["sh", "-c", "kill -9 $$"], "timeout": 10})");
+  ASSERT_EQ(kstatus, 200) << killed.dump();
+  EXPECT_EQ(killed["status"], "signaled") << killed.dump();
+  EXPECT_EQ(killed["signal"], 9);
+  auto [tstatus, slow] =
+      fleet_->Call("POST", "/v1/run",
+                   R"({"image": {"uri": "python:3.11"}, "command": "sleep 30", "timeout": 1})");
+  ASSERT_EQ(tstatus, 200) << slow.dump();
+  EXPECT_EQ(slow["status"], "wall_timeout") << slow.dump();
+  EXPECT_TRUE(AgentSandboxes("a1").empty());
+}
+
 }  // namespace
 }  // namespace moat::e2e

@@ -129,6 +129,11 @@ Fleet::~Fleet() {
   std::filesystem::remove_all(dir_, ignored);
 }
 
+std::string Fleet::MoatBinary() {
+  std::string agent = MOAT_E2E_AGENT_BIN;
+  return Env("MOAT_BIN", (agent.substr(0, agent.rfind('/') + 1) + "moat").c_str());
+}
+
 absl::Status Fleet::StartController() {
   if (controller_port_ == 0) controller_port_ = FreePort();
   std::string config = dir_ + "/controller.yaml";

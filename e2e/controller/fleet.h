@@ -54,6 +54,9 @@ class Fleet {
   Daemon& controller() { return *controller_; }
   Daemon& agent(const std::string& name) { return *agents_.at(name); }
   const std::string& api_key() const { return api_key_; }
+  const std::string& dir() const { return dir_; }
+  // The moat CLI (MOAT_BIN, else beside moat-agent).
+  static std::string MoatBinary();
 
   // The controller's API with the API key: (status, body parsed or null).
   std::pair<int, nlohmann::json> Call(const std::string& method, const std::string& path,

@@ -182,6 +182,7 @@ nlohmann::json SandboxJson(const SandboxRecord& r, bool with_token) {
       {"profile", r.profile},
       {"state", std::string(StateName(r.state))},
       {"paused", r.paused},
+      {"start_path", r.start_path == StartPath::kWarm ? "warm" : "cold"},
       {"created_at", FormatApiTime(r.created)},
       {"expires_at", FormatApiTime(r.expires_at)},
       {"last_transition_at", FormatApiTime(r.last_transition)},

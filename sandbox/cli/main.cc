@@ -8,6 +8,7 @@
 
 #include "sandbox/cli/policy_command.h"
 #include "sandbox/cli/run_command.h"
+#include "sandbox/cli/server_command.h"
 
 namespace {
 
@@ -17,6 +18,10 @@ constexpr char kUsage[] =
 usage: moat run [OPTIONS] -- COMMAND [ARG...]   run COMMAND in a fresh sandbox (moat run --help)
        moat policy show [--json] [OPTIONS]      the policy a run would use, and where each
                                                 value came from (moat policy --help)
+       moat run --server URL -- COMMAND [ARG...]
+                                                the same on a moat-controller's fleet
+       moat sandbox create|ls|get|exec|cp|rm    sandboxes on a controller (moat sandbox --help)
+       moat node ls|cordon|uncordon|drain       the controller's nodes (moat node --help)
        moat --help                              this help
        moat --version                           print the version
 
@@ -44,6 +49,15 @@ int main(int argc, char** argv) {
   if (args[0] == "--version") {
     std::printf("moat %s\n", MOAT_VERSION);
     return 0;
+  }
+  if (args[0] == "run" && moat::cli::WantsServer(args)) {
+    return moat::cli::RemoteRunMain(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+  if (args[0] == "sandbox") {
+    return moat::cli::SandboxCommandMain(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+  if (args[0] == "node") {
+    return moat::cli::NodeCommandMain(std::vector<std::string>(args.begin() + 1, args.end()));
   }
   if (args[0] == "run") {
     return moat::cli::RunCommandMain(std::vector<std::string>(args.begin() + 1, args.end()));

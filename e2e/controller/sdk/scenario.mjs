@@ -1,5 +1,5 @@
 // The OpenSandbox JS SDK, unchanged, against moat-controller: create, run, files, info, renew,
-// list, kill. Usage: node scenario.mjs HOST:PORT API_KEY. Exits non-zero on the first mismatch.
+// pause, resume, list, kill. Usage: node scenario.mjs HOST:PORT API_KEY. Exits non-zero on the first mismatch.
 import { ConnectionConfig, Sandbox, SandboxManager } from "@alibaba-group/opensandbox";
 import assert from "node:assert/strict";
 
@@ -34,6 +34,14 @@ assert.equal(info.metadata.suite, "sdk");
 
 const renewed = await sandbox.renew(30 * 60);
 console.log("renew:", JSON.stringify(renewed));
+
+await sandbox.pause();
+assert.equal((await sandbox.getInfo()).status.state, "Paused");
+const resumed = await sandbox.resume();
+assert.equal((await resumed.getInfo()).status.state, "Running");
+const after = await resumed.commands.run("echo thawed");
+assert.equal(after.logs.stdout.map((l) => l.text).join("").trim(), "thawed");
+console.log("pause + resume: ok");
 
 const manager = SandboxManager.create({ connectionConfig });
 const list = await manager.listSandboxInfos({ states: ["Running"], metadata: { suite: "sdk" } });

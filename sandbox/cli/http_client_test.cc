@@ -1,0 +1,144 @@
+#include "sandbox/cli/http_client.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moat::cli {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ParseHttpUrlTest, AddressesOnly) {
+  auto u = ParseHttpUrl("http://127.0.0.1:8080");
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(u->host, "127.0.0.1");
+  EXPECT_EQ(u->port, 8080);
+  EXPECT_EQ(u->base_path, "");
+  u = ParseHttpUrl("http://localhost/prefix/");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->host, "127.0.0.1");
+  EXPECT_EQ(u->port, 80);
+  EXPECT_EQ(u->base_path, "/prefix");
+  u = ParseHttpUrl("http://[::1]:9");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->host, "::1");
+  EXPECT_EQ(u->port, 9);
+  EXPECT_THAT(ParseHttpUrl("https://127.0.0.1").status().message(), HasSubstr("plain http://"));
+  EXPECT_THAT(ParseHttpUrl("http://example.com").status().message(), HasSubstr("IP address"));
+  EXPECT_FALSE(ParseHttpUrl("http://127.0.0.1:99999").ok());
+  EXPECT_FALSE(ParseHttpUrl("127.0.0.1:8080").ok());
+}
+
+// A one-shot server on 127.0.0.1 that answers `answer` (sent in small pieces) to one request,
+// and keeps what it read.
+class OneShotServer {
+ public:
+  explicit OneShotServer(std::string answer) : answer_(std::move(answer)) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    listen(fd_, 1);
+    socklen_t len = sizeof(addr);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] {
+      int c = accept(fd_, nullptr, nullptr);
+      char buf[4096];
+      // The head, then as many bytes as its Content-Length says (unread bytes at close would
+      // make the kernel reset the connection).
+      auto complete = [&] {
+        size_t end = request_.find("\r\n\r\n");
+        if (end == std::string::npos) return false;
+        size_t at = request_.find("Content-Length: ");
+        size_t length = at == std::string::npos ? 0 : std::stoul(request_.substr(at + 16));
+        return request_.size() >= end + 4 + length;
+      };
+      while (!complete()) {
+        ssize_t n = read(c, buf, sizeof(buf));
+        if (n <= 0) break;
+        request_.append(buf, static_cast<size_t>(n));
+      }
+      for (size_t i = 0; i < answer_.size(); i += 7) {
+        (void)!write(c, answer_.data() + i, std::min<size_t>(7, answer_.size() - i));
+        usleep(100);
+      }
+      close(c);
+    });
+  }
+  ~OneShotServer() {
+    Join();
+    close(fd_);
+  }
+  int port() const { return port_; }
+  // Waits for the server to finish; the request it read.
+  const std::string& Join() {
+    if (thread_.joinable()) thread_.join();
+    return request_;
+  }
+
+ private:
+  std::string answer_, request_;
+  int fd_ = -1, port_ = 0;
+  std::thread thread_;
+};
+
+TEST(SendHttpTest, ChunkedBodiesArriveWholeAndInOrder) {
+  std::string answer =
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/event-stream\r\n\r\n"
+      "6\r\ndata: \r\n"
+      "b;ext=1\r\nhello world\r\n"
+      "1\r\n\n\r\n"
+      "0\r\n\r\n";
+  std::string body;
+  OneShotServer server(answer);
+  HttpRequest req;
+  req.method = "POST";
+  req.path = "/x";
+  req.body = "{}";
+  req.headers = {{"OPEN-SANDBOX-API-KEY", "k"}};
+  req.on_body = [&](absl::string_view piece) {
+    body.append(piece.data(), piece.size());
+    return true;
+  };
+  auto res = SendHttp({"127.0.0.1", server.port(), "/base"}, req);
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(body, "data: hello world\n");
+  const std::string& sent = server.Join();
+  EXPECT_THAT(sent, HasSubstr("POST /base/x HTTP/1.1\r\n"));
+  EXPECT_THAT(sent, HasSubstr("OPEN-SANDBOX-API-KEY: k\r\n"));
+  EXPECT_THAT(sent, HasSubstr("Content-Length: 2\r\n"));
+}
+
+TEST(SendHttpTest, ContentLengthAndTheRequestSent) {
+  OneShotServer server("HTTP/1.1 404 Not Found\r\nContent-Length: 5\r\n\r\nnope!trailing");
+  HttpRequest req;
+  req.method = "DELETE";
+  req.path = "/v1/sandboxes/a";
+  req.headers = {{"OPEN-SANDBOX-API-KEY", "key"}};
+  auto res = SendHttp({"127.0.0.1", server.port(), ""}, req);
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(res->status, 404);
+  EXPECT_EQ(res->body, "nope!");
+  EXPECT_THAT(server.Join(), HasSubstr("DELETE /v1/sandboxes/a HTTP/1.1\r\n"));
+}
+
+TEST(SendHttpTest, NobodyListeningIsUnavailable) {
+  HttpRequest req;
+  req.path = "/";
+  req.timeout = absl::Seconds(2);
+  auto res = SendHttp({"127.0.0.1", 1, ""}, req);
+  EXPECT_TRUE(absl::IsUnavailable(res.status())) << res.status();
+}
+
+}  // namespace
+}  // namespace moat::cli
