@@ -32,6 +32,8 @@ class ControllerMetrics {
   void AddProxiedBytes(uint64_t bytes);
 
   std::string Serialize() const;
+  // For metrics kept beside these (tenant_metrics.h), served in the same /metrics.
+  prometheus::Registry& registry() { return *registry_; }
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;

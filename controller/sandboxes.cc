@@ -178,13 +178,22 @@ absl::Status SandboxManager::Place(Sandbox& s, absl::Time deadline) {
   }
 }
 
-absl::StatusOr<Sandbox> SandboxManager::Create(Sandbox spec) {
+absl::StatusOr<Sandbox> SandboxManager::Create(Sandbox spec, const TenantQuota& quota) {
   const absl::Time start = clock_->Now();
   spec.state = "Pending";
   spec.created_at = spec.last_transition = start;
   {
     absl::MutexLock lock(&mu_);
     if (sandboxes_.contains(spec.id)) return absl::AlreadyExistsError("sandbox id in use");
+    // Under the lock with the insert below: two creates cannot both take the last of a quota.
+    TenantUsage usage;
+    for (const auto& [id, s] : sandboxes_) {
+      if (s.tenant != spec.tenant || (s.state != "Pending" && s.state != "Running")) continue;
+      ++usage.sandboxes;
+      usage.cpu += s.resources.cpu;
+      usage.memory += s.resources.memory;
+    }
+    RETURN_IF_ERROR(CheckQuota(spec.tenant, quota, usage, spec.resources));
     sandboxes_[spec.id] = spec;
     placing_.insert(spec.id);
   }
@@ -446,6 +455,19 @@ void SandboxManager::Tick() {
     absl::Status st = Delete(s.tenant, s.id);
     if (!st.ok()) LogWarning(absl::StrCat("expiring sandbox ", s.id, ": ", st.message()));
   }
+}
+
+std::map<std::string, TenantUsage> SandboxManager::UsageByTenant() const {
+  std::map<std::string, TenantUsage> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, s] : sandboxes_) {
+    if (s.state != "Pending" && s.state != "Running") continue;
+    TenantUsage& u = out[s.tenant];
+    ++u.sandboxes;
+    u.cpu += s.resources.cpu;
+    u.memory += s.resources.memory;
+  }
+  return out;
 }
 
 int SandboxManager::Pending() const {

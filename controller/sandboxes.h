@@ -34,6 +34,7 @@
 #include "controller/nodes.h"
 #include "controller/scheduler/scheduler.h"
 #include "controller/store/store.h"
+#include "controller/tenants/quota.h"
 
 namespace moat::controller {
 
@@ -80,8 +81,9 @@ class SandboxManager {
   // Places `spec` (its id, tenant, profile, resources, ... filled by the caller) and returns it
   // Running. If no node fits within create_timeout, it is returned Pending with the reason
   // ("0/3 nodes: ..."), stored, and placed later by RetryPending. Unavailable when the agents
-  // failed on 1 + retries nodes (nothing is kept).
-  absl::StatusOr<Sandbox> Create(Sandbox spec);
+  // failed on 1 + retries nodes (nothing is kept). PermissionDenied, naming the quota, if the
+  // tenant's Pending and Running sandboxes plus this one would exceed `quota`.
+  absl::StatusOr<Sandbox> Create(Sandbox spec, const TenantQuota& quota = {});
   // Tries once to place every Pending sandbox no create is waiting for (the placer thread).
   void RetryPending();
   // A thread that calls RetryPending every `interval` until StopPlacer (or destruction).
@@ -114,6 +116,8 @@ class SandboxManager {
   void Tick();
 
   int Pending() const;
+  // What each tenant holds now (Pending and Running sandboxes), for quotas and metrics.
+  std::map<std::string, TenantUsage> UsageByTenant() const;
 
  private:
   // Schedules, reserves and calls agents until one took the sandbox, `deadline` passes while no
