@@ -8,6 +8,7 @@
 
 #include "sandbox/cli/policy_command.h"
 #include "sandbox/cli/run_command.h"
+#include "sandbox/cli/tenant_command.h"
 
 namespace {
 
@@ -17,6 +18,8 @@ constexpr char kUsage[] =
 usage: moat run [OPTIONS] -- COMMAND [ARG...]   run COMMAND in a fresh sandbox (moat run --help)
        moat policy show [--json] [OPTIONS]      the policy a run would use, and where each
                                                 value came from (moat policy --help)
+       moat tenant|approval ...                 a controller's tenants, keys and approvals
+                                                (moat tenant --help)
        moat --help                              this help
        moat --version                           print the version
 
@@ -51,6 +54,7 @@ int main(int argc, char** argv) {
   if (args[0] == "policy") {
     return moat::cli::PolicyCommandMain(std::vector<std::string>(args.begin() + 1, args.end()));
   }
+  if (args[0] == "tenant" || args[0] == "approval") return moat::cli::TenantCommandMain(args);
   std::fprintf(stderr, "moat: unknown command \"%s\" (see moat --help)\n", args[0].c_str());
   return 125;
 }
