@@ -40,10 +40,10 @@ class AdminApi {
         sandboxes_(sandboxes) {}
 
   void Register(httplib::Server& server);
-
- private:
+  // Whether the request carries the admin key ("Authorization: Bearer KEY").
   bool IsAdmin(const httplib::Request& req) const;
 
+ private:
   const std::string admin_key_;
   TenantRegistry* tenants_;
   precheck::ApprovalQueue* approvals_;

@@ -148,6 +148,13 @@ bool HttpApi::Tenant(const httplib::Request& req, httplib::Response& res,
   return false;
 }
 
+bool HttpApi::IsFileKey(const std::string& key) const {
+  for (const ApiKey& k : options_.api_keys) {
+    if (!key.empty() && agent::ConstantTimeEquals(key, k.key)) return true;
+  }
+  return false;
+}
+
 bool HttpApi::NonceSeen(const std::string& nonce) {
   absl::MutexLock lock(&nonce_mu_);
   absl::Time now = clock_->Now();
@@ -290,8 +297,17 @@ void HttpApi::NodeRoutes() {
   });
   s.Post(R"(/v1/nodes/([^/]+)/(cordon|uncordon|drain))",
          [this](const httplib::Request& req, httplib::Response& res) {
-           std::string tenant;
-           if (!Tenant(req, res, &tenant)) return;
+           // Cordon and drain touch every tenant's sandboxes on the node: with tenants
+           // (admin_key_file), only the admin key or an operator's api_keys_file key may.
+           if (options_.admin == nullptr || !options_.admin->IsAdmin(req)) {
+             std::string tenant;
+             if (!Tenant(req, res, &tenant)) return;
+             if (options_.admin != nullptr && !IsFileKey(req.get_header_value(kApiKeyHeader))) {
+               return SendError(res, 403,
+                                "node administration needs the admin key (Authorization: "
+                                "Bearer) or a key from api_keys_file, not a tenant's key");
+             }
+           }
            std::string name = req.matches[1].str(), verb = req.matches[2].str();
            absl::Status st = verb == "drain"    ? nodes_->SetDraining(name)
                              : verb == "cordon" ? nodes_->SetCordoned(name, true)

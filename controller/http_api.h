@@ -72,6 +72,8 @@ class HttpApi {
   void LifecycleRoutes();
   // The caller's tenant from OPEN-SANDBOX-API-KEY, or a 401 sent and false.
   bool Tenant(const httplib::Request& req, httplib::Response& res, std::string* tenant) const;
+  // Whether `key` is one of api_keys_file's (an operator's, not a stored tenant's).
+  bool IsFileKey(const std::string& key) const;
   // A join's nonce seen in the last few minutes (replays are refused).
   bool NonceSeen(const std::string& nonce);
 

@@ -97,6 +97,11 @@ TEST_F(TenantsE2eTest, TenantsCannotReachEachOthersSandboxesThroughAnyRoute) {
   // A key that is no key, and no key at all: 401.
   EXPECT_EQ(As("msk_0123456789abcdef_" + std::string(64, '0'), "GET", base).first, 401);
   EXPECT_EQ(fleet_->CallWith({}, "GET", base).first, 401);
+  // Node administration touches every tenant's sandboxes: not for a tenant's key.
+  auto [cst, cordon] = As(globex, "POST", "/v1/nodes/n1/cordon");
+  EXPECT_EQ(cst, 403) << cordon.dump();
+  EXPECT_EQ(fleet_->Call("POST", "/v1/nodes/n1/cordon").first, 200);  // The operator's file key.
+  EXPECT_EQ(Admin("POST", "/v1/nodes/n1/uncordon").first, 200);
   EXPECT_EQ(As(acme, "DELETE", base).first, 204);
 }
 
