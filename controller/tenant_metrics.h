@@ -1,5 +1,6 @@
 // The tenants' and the pre-check's metrics, in the controller's registry (metrics.h). Tenant
-// names are labels: a fleet has few tenants (docs/metrics.md).
+// names are labels: a fleet has few tenants (docs/metrics.md). SetUsage is called from one
+// thread (main's tick); the rest are thread-safe (prometheus-cpp's metrics are).
 #pragma once
 
 #include <map>

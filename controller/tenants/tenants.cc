@@ -233,7 +233,14 @@ absl::StatusOr<std::string> TenantRegistry::Authenticate(absl::string_view plain
     }
   }
   ASSIGN_OR_RETURN(std::optional<KeyRecord> record, ReadKey(*id));
-  if (!record.has_value() || !VerifyKey(plaintext, record->hash)) return wrong;
+  if (!record.has_value()) return wrong;
+  {
+    absl::MutexLock lock(&mu_);
+    Hashing& h = hashing_[*id];
+    if (now - h.second >= absl::Seconds(1)) h = {now, 0};
+    if (++h.count > kMaxHashesPerSecond) return wrong;
+  }
+  if (!VerifyKey(plaintext, record->hash)) return wrong;
   absl::MutexLock lock(&mu_);
   verified_[*id] = Verified{digest, record->tenant, now + kKeyCacheTtl};
   return record->tenant;

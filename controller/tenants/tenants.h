@@ -52,6 +52,9 @@ bool IsValidTenantName(absl::string_view name);
 class TenantRegistry {
  public:
   static constexpr absl::Duration kKeyCacheTtl = absl::Seconds(10);
+  // Slow hashes per key id and second, past which a key not in the cache is refused unhashed:
+  // wrong secrets for a known id cannot buy the caller unbounded CPU.
+  static constexpr int kMaxHashesPerSecond = 4;
 
   // `store` and `clock` must outlive the registry.
   TenantRegistry(Store* store, const agent::Clock* clock, int hash_rounds = kDefaultKeyHashRounds)
@@ -91,6 +94,11 @@ class TenantRegistry {
   const int hash_rounds_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Verified> verified_ ABSL_GUARDED_BY(mu_);
+  struct Hashing {
+    absl::Time second;
+    int count = 0;
+  };
+  absl::flat_hash_map<std::string, Hashing> hashing_ ABSL_GUARDED_BY(mu_);  // Ids with records.
 };
 
 }  // namespace moat::controller

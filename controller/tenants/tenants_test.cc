@@ -141,6 +141,24 @@ TEST_P(TenantRegistryTest, QuotasAreStoredAndChanged) {
   EXPECT_TRUE(absl::IsNotFound(registry_->SetQuota("nobody", {}).status()));
 }
 
+TEST_P(TenantRegistryTest, WrongSecretsForAKnownIdCannotBuyUnboundedHashing) {
+  ASSERT_TRUE(registry_->CreateTenant("acme", {}).ok());
+  auto a = registry_->CreateKey("acme");
+  ASSERT_TRUE(a.ok());
+  std::string wrong = a->plaintext;
+  wrong.back() = wrong.back() == '0' ? '1' : '0';
+  for (int i = 0; i < TenantRegistry::kMaxHashesPerSecond; ++i) {
+    EXPECT_FALSE(registry_->Authenticate(wrong).ok());
+  }
+  // Past the budget even the right key is refused until the second is over (it is not cached).
+  EXPECT_FALSE(registry_->Authenticate(a->plaintext).ok());
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_EQ(registry_->Authenticate(a->plaintext).value_or(""), "acme");
+  // Once verified it is cached: wrong secrets no longer lock it out.
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(registry_->Authenticate(wrong).ok());
+  EXPECT_EQ(registry_->Authenticate(a->plaintext).value_or(""), "acme");
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, TenantRegistryTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Sqlite" : "Memory"; });
 
