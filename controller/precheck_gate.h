@@ -10,6 +10,7 @@
 // Every answer carries X-Moat-Precheck-Risk and X-Moat-Precheck-Tags.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "controller/config.h"
@@ -24,6 +25,15 @@ struct Response;
 
 namespace moat::controller {
 
+// What the gate decided for one command or snippet.
+struct GateDecision {
+  precheck::Verdict verdict;
+  absl::Status status;      // OK: run it. PermissionDenied (403): rejected or timed out;
+                            // ResourceExhausted (429): too many waiting; other: not recorded.
+  std::string policy;       // Medium: the stricter policy to run it under; empty otherwise.
+  std::string approval_id;  // High: the hold's id.
+};
+
 class PrecheckGate {
  public:
   // Every pointer must outlive the gate.
@@ -34,6 +44,11 @@ class PrecheckGate {
   // True: forward the request. False: `res` holds the answer (a 400 for a body that is not
   // execd's command JSON, a 403 for a rejected command, a 429 when too many wait).
   bool Admit(const Sandbox& sandbox, const httplib::Request& req, httplib::Response& res);
+
+  // The same for any caller (/v1/run): scans `code` (a command line when `language` is none),
+  // records it, and for high risk blocks until it is decided.
+  GateDecision Check(const std::string& tenant, const std::string& sandbox, absl::string_view code,
+                     std::optional<precheck::Language> language);
 
   const std::string& MediumPolicy() const { return config_->medium_policy; }
 
