@@ -5,9 +5,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "controller/lifecycle_json.h"
-#include "controller/log.h"
 #include "nlohmann/json.hpp"
-#include "node-agent/token.h"
+#include "util/log.h"
+#include "util/strict_json.h"
+#include "util/token.h"
 
 namespace moat::controller {
 namespace {
@@ -93,8 +94,8 @@ json ApprovalJson(const precheck::Approval& a) {
 
 bool AdminApi::IsAdmin(const httplib::Request& req) const {
   const std::string header = req.get_header_value("Authorization");
-  absl::string_view presented = agent::BearerToken(header);
-  return !presented.empty() && agent::ConstantTimeEquals(presented, admin_key_);
+  absl::string_view presented = BearerToken(header);
+  return !presented.empty() && ConstantTimeEquals(presented, admin_key_);
 }
 
 void AdminApi::Register(httplib::Server& s) {
@@ -118,7 +119,7 @@ void AdminApi::Register(httplib::Server& s) {
   };
 
   s.Post("/v1/admin/tenants", admin([this, usage_of](const auto& req, auto& res) {
-           json body = json::parse(req.body, nullptr, false);
+           json body = ParseStrictJson<json>(req.body).value_or(json::value_t::discarded);
            if (!body.is_object() || !body.contains("name") || !body["name"].is_string()) {
              return SendStatus(
                  res, absl::InvalidArgumentError(
@@ -145,7 +146,7 @@ void AdminApi::Register(httplib::Server& s) {
           SendJson(res, 200, TenantJson(*t, usage_of(t->name)));
         }));
   s.Put(R"(/v1/admin/tenants/([^/]+)/quota)", admin([this, usage_of](const auto& req, auto& res) {
-          json body = json::parse(req.body, nullptr, false);
+          json body = ParseStrictJson<json>(req.body).value_or(json::value_t::discarded);
           if (body.is_discarded()) return SendStatus(res, absl::InvalidArgumentError("bad JSON"));
           absl::StatusOr<TenantQuota> quota = ParseQuota(body);
           if (!quota.ok()) return SendStatus(res, quota.status());
@@ -187,7 +188,7 @@ void AdminApi::Register(httplib::Server& s) {
         }));
   s.Post(R"(/v1/admin/approvals/([^/]+)/(approve|reject))",
          admin([this](const auto& req, auto& res) {
-           json body = json::parse(req.body.empty() ? "{}" : req.body, nullptr, false);
+           json body = ParseStrictJson<json>(req.body.empty() ? "{}" : req.body).value_or(json());
            std::string reason;
            if (body.is_object() && body.contains("reason") && body["reason"].is_string()) {
              reason = body["reason"];

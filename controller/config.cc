@@ -9,9 +9,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "util/status_macros.h"
 #include "util/token.h"
 #include "util/yaml_reader.h"
-#include "util/status_macros.h"
 #include "yaml-cpp/yaml.h"
 
 namespace moat::controller {

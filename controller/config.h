@@ -31,6 +31,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "controller/scheduler/framework.h"
+#include "controller/tenants/run_limits.h"
 
 namespace moat::controller {
 
@@ -49,14 +50,6 @@ struct PrecheckConfig {
   std::string medium_policy = "strict";                // The policy medium-risk code runs under.
   absl::Duration approval_timeout = absl::Minutes(5);  // Undecided high risk is then rejected.
   int max_pending = 8;  // Commands one tenant may have waiting for approval at once.
-};
-
-// A language's base limits (controller/tenants/limits.h): a run's wall-clock limit, and its CPU
-// time limit; cpu / wall caps the share of a core the run may use on average.
-struct LanguageProfileConfig {
-  std::string name;
-  absl::Duration wall = absl::Seconds(60);
-  absl::Duration cpu = absl::Seconds(15);
 };
 
 struct ControllerConfig {

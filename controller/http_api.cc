@@ -13,11 +13,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "controller/lifecycle_json.h"
-#include "util/log.h"
 #include "controller/proxy.h"
 #include "util/join_auth.h"
-#include "util/token.h"
+#include "util/log.h"
 #include "util/status_macros.h"
+#include "util/token.h"
 
 namespace moat::controller {
 namespace {
@@ -150,7 +150,7 @@ bool HttpApi::Tenant(const httplib::Request& req, httplib::Response& res,
 
 bool HttpApi::IsFileKey(const std::string& key) const {
   for (const ApiKey& k : options_.api_keys) {
-    if (!key.empty() && agent::ConstantTimeEquals(key, k.key)) return true;
+    if (!key.empty() && ConstantTimeEquals(key, k.key)) return true;
   }
   return false;
 }
@@ -282,8 +282,8 @@ void HttpApi::NodeRoutes() {
            std::string name = req.matches[1].str();
            absl::StatusOr<NodeReport> report = ParseHeartbeat(req.body);
            if (!report.ok()) return SendStatus(res, report.status());
-           absl::StatusOr<bool> first = nodes_->Heartbeat(
-               name, BearerToken(req.get_header_value("Authorization")), *report);
+           absl::StatusOr<bool> first =
+               nodes_->Heartbeat(name, BearerToken(req.get_header_value("Authorization")), *report);
            if (!first.ok()) return SendStatus(res, first.status());
            SendJson(res, 200, json::object());
            if (*first && on_join_) on_join_(name);

@@ -12,7 +12,6 @@
 #include "controller/agent_client.h"
 #include "controller/config.h"
 #include "controller/http_api.h"
-#include "util/log.h"
 #include "controller/metrics.h"
 #include "controller/nodes.h"
 #include "controller/precheck/approvals.h"
@@ -20,6 +19,7 @@
 #include "controller/scheduler/scheduler.h"
 #include "controller/store/memory_store.h"
 #include "controller/store/sqlite_store.h"
+#include "util/log.h"
 #include "util/token.h"
 
 namespace moat::controller {
@@ -120,7 +120,7 @@ int Run(int argc, char** argv) {
   PrecheckGate gate(&config->precheck, &approvals, &tenant_metrics);
   std::unique_ptr<AdminApi> admin;
   if (!config->admin_key_file.empty()) {
-    absl::StatusOr<std::string> admin_key = agent::ReadTokenFile(config->admin_key_file);
+    absl::StatusOr<std::string> admin_key = ReadTokenFile(config->admin_key_file);
     if (!admin_key.ok()) {
       LogError(absl::StrCat("the admin key (admin_key_file): ", admin_key.status().message()));
       return 1;

@@ -5,8 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "controller/lifecycle_json.h"
-#include "controller/log.h"
 #include "nlohmann/json.hpp"
+#include "util/log.h"
+#include "util/strict_json.h"
 
 namespace moat::controller {
 namespace {
@@ -54,7 +55,7 @@ GateDecision PrecheckGate::Check(const std::string& tenant, const std::string& s
 bool PrecheckGate::Admit(const Sandbox& sandbox, const httplib::Request& req,
                          httplib::Response& res) {
   if (!config_->enabled) return true;
-  json body = json::parse(req.body, nullptr, false);
+  json body = ParseStrictJson<json>(req.body).value_or(json::value_t::discarded);
   if (!body.is_object() || !body.contains("command") || !body["command"].is_string()) {
     Refuse(res, 400, "the body must be execd's command JSON: {\"command\": \"...\"}");
     return false;

@@ -16,7 +16,7 @@ class PrecheckGateTest : public ::testing::Test {
   PrecheckGateTest() { config_.medium_policy = "no-network"; }
   PrecheckConfig config_;
   MemoryStore store_;
-  agent::FakeClock clock_;
+  FakeClock clock_;
   prometheus::Registry registry_;
   TenantMetrics metrics_{registry_};
   precheck::ApprovalQueue approvals_{&store_, &clock_, absl::Seconds(10), 4};

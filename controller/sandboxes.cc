@@ -6,10 +6,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "util/log.h"
 #include "nlohmann/json.hpp"
-#include "util/token.h"
+#include "util/log.h"
 #include "util/status_macros.h"
+#include "util/token.h"
 
 namespace moat::controller {
 namespace {

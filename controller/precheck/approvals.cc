@@ -3,10 +3,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "controller/log.h"
 #include "nlohmann/json.hpp"
-#include "node-agent/token.h"
-#include "sandbox/util/status_macros.h"
+#include "util/log.h"
+#include "util/status_macros.h"
+#include "util/token.h"
 
 namespace moat::controller::precheck {
 namespace {
@@ -40,7 +40,7 @@ absl::Status ApprovalQueue::Record(const Approval& a) {
 absl::Status ApprovalQueue::Audit(const std::string& tenant, const std::string& sandbox,
                                   absl::string_view command, const Verdict& verdict,
                                   absl::string_view state) {
-  ASSIGN_OR_RETURN(std::string token, agent::NewToken());
+  ASSIGN_OR_RETURN(std::string token, NewToken());
   Approval a{.id = "run-" + token.substr(0, 12),
              .tenant = tenant,
              .sandbox = sandbox,
@@ -56,7 +56,7 @@ absl::Status ApprovalQueue::Audit(const std::string& tenant, const std::string& 
 absl::StatusOr<Approval> ApprovalQueue::Submit(const std::string& tenant,
                                                const std::string& sandbox,
                                                absl::string_view command, const Verdict& verdict) {
-  ASSIGN_OR_RETURN(std::string token, agent::NewToken());
+  ASSIGN_OR_RETURN(std::string token, NewToken());
   Approval a{.id = "apr-" + token.substr(0, 16),
              .tenant = tenant,
              .sandbox = sandbox,

@@ -21,7 +21,7 @@
 #include "absl/time/time.h"
 #include "controller/precheck/precheck.h"
 #include "controller/store/store.h"
-#include "node-agent/clock.h"
+#include "util/clock.h"
 
 namespace moat::controller::precheck {
 
@@ -47,7 +47,7 @@ class ApprovalQueue {
  public:
   // `store` and `clock` must outlive the queue. Timeouts use absl's real clock (a waiter's
   // CondVar), `clock` only the records' dates.
-  ApprovalQueue(Store* store, const agent::Clock* clock, absl::Duration timeout, int max_pending)
+  ApprovalQueue(Store* store, const Clock* clock, absl::Duration timeout, int max_pending)
       : store_(store), clock_(clock), timeout_(timeout), max_pending_(max_pending) {}
 
   // Records a tagged scan that runs (low or medium) in the audit trail.
@@ -74,7 +74,7 @@ class ApprovalQueue {
   absl::Status Record(const Approval& a);
 
   Store* store_;
-  const agent::Clock* clock_;
+  const Clock* clock_;
   const absl::Duration timeout_;
   const int max_pending_;
   mutable absl::Mutex mu_;

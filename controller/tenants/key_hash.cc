@@ -11,7 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "sandbox/util/status_macros.h"
+#include "util/status_macros.h"
 
 namespace moat::controller {
 namespace {

@@ -11,8 +11,8 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "controller/scheduler/framework.h"
-#include "node-agent/clock.h"
-#include "node-agent/rate_limiter.h"
+#include "util/clock.h"
+#include "util/token_bucket.h"
 
 namespace moat::controller {
 
@@ -40,7 +40,7 @@ absl::Status CheckQuota(const std::string& tenant, const TenantQuota& quota,
 // The create-rate buckets of every tenant. Thread-safe.
 class CreateRateLimiter {
  public:
-  explicit CreateRateLimiter(const agent::Clock* clock) : clock_(clock) {}
+  explicit CreateRateLimiter(const Clock* clock) : clock_(clock) {}
   // OK and a token taken, or ResourceExhausted (the API answers 429) naming
   // quota.creates_per_minute and when to retry. A changed rate starts a fresh bucket.
   absl::Status Acquire(const std::string& tenant, double creates_per_minute);
@@ -48,9 +48,9 @@ class CreateRateLimiter {
  private:
   struct Bucket {
     double rate = 0;
-    std::unique_ptr<agent::RateLimiter> limiter;
+    std::unique_ptr<TokenBucket> limiter;
   };
-  const agent::Clock* clock_;
+  const Clock* clock_;
   absl::Mutex mu_;
   std::map<std::string, Bucket> buckets_ ABSL_GUARDED_BY(mu_);
 };

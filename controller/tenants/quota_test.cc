@@ -44,7 +44,7 @@ TEST(QuotaTest, MemoryCountsBytes) {
 }
 
 TEST(QuotaTest, TheCreateRateRefillsWithTime) {
-  agent::FakeClock clock;
+  FakeClock clock;
   CreateRateLimiter limiter(&clock);
   // 2 a minute: a burst of 2, then one every 30 s.
   EXPECT_TRUE(limiter.Acquire("a", 2).ok());

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
-#include "sandbox/util/status_macros.h"
+#include "util/status_macros.h"
 
 namespace moat::controller {
 namespace {

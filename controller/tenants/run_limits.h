@@ -19,11 +19,18 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "controller/config.h"
 #include "controller/store/store.h"
-#include "node-agent/clock.h"
+#include "util/clock.h"
 
 namespace moat::controller {
+
+// A language's base limits (controller/tenants/limits.h): a run's wall-clock limit, and its CPU
+// time limit; cpu / wall caps the share of a core the run may use on average.
+struct LanguageProfileConfig {
+  std::string name;
+  absl::Duration wall = absl::Seconds(60);
+  absl::Duration cpu = absl::Seconds(15);
+};
 
 struct RunLimits {
   std::string language;
@@ -52,7 +59,7 @@ class RunLimiter {
   static constexpr double kLoweredFactor = 0.5;
 
   RunLimiter(std::vector<LanguageProfileConfig> languages, absl::Duration max_declared,
-             Store* store, const agent::Clock* clock)
+             Store* store, const Clock* clock)
       : languages_(LanguagesOrDefaults(languages)),
         max_declared_(max_declared),
         store_(store),
@@ -72,7 +79,7 @@ class RunLimiter {
   const std::vector<LanguageProfileConfig> languages_;
   const absl::Duration max_declared_;
   Store* store_;
-  const agent::Clock* clock_;
+  const Clock* clock_;
   absl::Mutex mu_;
   std::map<std::string, std::vector<RunRecord>> history_ ABSL_GUARDED_BY(mu_);  // Loaded ones.
 };

@@ -12,7 +12,7 @@ using ::testing::HasSubstr;
 class RunLimiterTest : public ::testing::Test {
  protected:
   MemoryStore store_;
-  agent::FakeClock clock_;
+  FakeClock clock_;
   RunLimiter limiter_{{{"python", absl::Seconds(60), absl::Seconds(15)},
                        {"go", absl::Seconds(10), absl::Seconds(10)}},
                       absl::Minutes(5),

@@ -9,7 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
-#include "sandbox/util/status_macros.h"
+#include "util/status_macros.h"
 
 namespace moat::controller {
 namespace {

@@ -22,7 +22,7 @@
 #include "controller/store/store.h"
 #include "controller/tenants/key_hash.h"
 #include "controller/tenants/quota.h"
-#include "node-agent/clock.h"
+#include "util/clock.h"
 
 namespace moat::controller {
 
@@ -57,7 +57,7 @@ class TenantRegistry {
   static constexpr int kMaxHashesPerSecond = 4;
 
   // `store` and `clock` must outlive the registry.
-  TenantRegistry(Store* store, const agent::Clock* clock, int hash_rounds = kDefaultKeyHashRounds)
+  TenantRegistry(Store* store, const Clock* clock, int hash_rounds = kDefaultKeyHashRounds)
       : store_(store), clock_(clock), hash_rounds_(hash_rounds) {}
 
   // AlreadyExists if the name is taken; InvalidArgument for a bad name.
@@ -90,7 +90,7 @@ class TenantRegistry {
   absl::StatusOr<IssuedKey> NewKeyFor(const std::string& tenant);
 
   Store* store_;
-  const agent::Clock* clock_;
+  const Clock* clock_;
   const int hash_rounds_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Verified> verified_ ABSL_GUARDED_BY(mu_);

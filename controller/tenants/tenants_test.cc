@@ -42,7 +42,7 @@ class TenantRegistryTest : public ::testing::TestWithParam<bool> {
   }
 
   std::string dir_;
-  agent::FakeClock clock_;
+  FakeClock clock_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<TenantRegistry> registry_;
 };

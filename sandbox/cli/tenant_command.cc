@@ -16,7 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
-#include "sandbox/units.h"
+#include "util/units.h"
 
 namespace moat::cli {
 namespace {
@@ -53,7 +53,7 @@ absl::StatusOr<json> ParseQuotaFlags(const std::vector<std::string>& args, size_
     }
     double number = 0;
     if (flag == "--max-memory") {
-      absl::StatusOr<uint64_t> bytes = sandbox::ParseSize(value);
+      absl::StatusOr<uint64_t> bytes = ParseSize(value);
       if (!bytes.ok()) return absl::InvalidArgumentError("--max-memory: a size like 512M or 4G");
       q["max_memory"] = *bytes;
       continue;
