@@ -9,9 +9,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "util/status_macros.h"
 #include "util/token.h"
 #include "util/yaml_reader.h"
-#include "util/status_macros.h"
 #include "yaml-cpp/yaml.h"
 
 namespace moat::controller {
@@ -140,15 +140,62 @@ absl::Status ParseApi(const YamlReader& r, const YAML::Node& api, ControllerConf
   return absl::OkStatus();
 }
 
+absl::Status ParsePrecheck(const YamlReader& r, const YAML::Node& n, ControllerConfig* c) {
+  RETURN_IF_ERROR(
+      r.CheckMap(n, "precheck", {"enabled", "medium_policy", "approval_timeout", "max_pending"}));
+  if (n["enabled"]) {
+    ASSIGN_OR_RETURN(std::string on, r.String(n["enabled"], "precheck.enabled"));
+    if (on != "true" && on != "false") {
+      return r.Error(n["enabled"], "precheck.enabled", "must be true or false");
+    }
+    c->precheck.enabled = on == "true";
+  }
+  if (n["medium_policy"]) {
+    ASSIGN_OR_RETURN(c->precheck.medium_policy,
+                     r.String(n["medium_policy"], "precheck.medium_policy"));
+  }
+  if (n["approval_timeout"]) {
+    ASSIGN_OR_RETURN(c->precheck.approval_timeout,
+                     r.Duration(n["approval_timeout"], "precheck.approval_timeout",
+                                absl::Milliseconds(100), absl::Hours(1)));
+  }
+  if (n["max_pending"]) {
+    ASSIGN_OR_RETURN(c->precheck.max_pending,
+                     r.Int(n["max_pending"], "precheck.max_pending", 1, 1000));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseLanguages(const YamlReader& r, const YAML::Node& n, ControllerConfig* c) {
+  if (!n.IsMap()) return r.Error(n, "languages", "must be a map of language: {wall, cpu}");
+  for (const auto& it : n) {
+    LanguageProfileConfig l;
+    l.name = it.first.as<std::string>();
+    const std::string key = absl::StrCat("languages.", l.name);
+    RETURN_IF_ERROR(r.CheckMap(it.second, key, {"wall", "cpu"}));
+    if (it.second["wall"]) {
+      ASSIGN_OR_RETURN(
+          l.wall, r.Duration(it.second["wall"], key + ".wall", absl::Seconds(1), absl::Hours(24)));
+    }
+    if (it.second["cpu"]) {
+      ASSIGN_OR_RETURN(l.cpu, r.Duration(it.second["cpu"], key + ".cpu", absl::Milliseconds(100),
+                                         absl::Hours(24)));
+    }
+    c->languages.push_back(std::move(l));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ControllerConfig> ParseRoot(const YamlReader& r, const YAML::Node& root) {
   ControllerConfig c;
   if (root.IsNull()) {  // An empty file: every default.
     c.images.push_back({"*", "default"});
     return c;
   }
-  RETURN_IF_ERROR(r.CheckMap(root, "",
-                             {"listen", "tls", "state_dir", "store", "api_keys_file",
-                              "join_token_file", "images", "nodes", "scheduling", "api"}));
+  RETURN_IF_ERROR(r.CheckMap(
+      root, "",
+      {"listen", "tls", "state_dir", "store", "api_keys_file", "join_token_file", "images", "nodes",
+       "scheduling", "api", "admin_key_file", "precheck", "languages", "max_declared_duration"}));
   if (root["listen"]) RETURN_IF_ERROR(ParseListen(r, root["listen"], &c));
   if (const YAML::Node tls = root["tls"]) {
     RETURN_IF_ERROR(r.CheckMap(tls, "tls", {"cert", "key"}));
@@ -181,6 +228,16 @@ absl::StatusOr<ControllerConfig> ParseRoot(const YamlReader& r, const YAML::Node
   if (root["nodes"]) RETURN_IF_ERROR(ParseNodes(r, root["nodes"], &c));
   if (root["scheduling"]) RETURN_IF_ERROR(ParseScheduling(r, root["scheduling"], &c));
   if (root["api"]) RETURN_IF_ERROR(ParseApi(r, root["api"], &c));
+  if (root["admin_key_file"]) {
+    ASSIGN_OR_RETURN(c.admin_key_file, r.AbsolutePath(root["admin_key_file"], "admin_key_file"));
+  }
+  if (root["precheck"]) RETURN_IF_ERROR(ParsePrecheck(r, root["precheck"], &c));
+  if (root["languages"]) RETURN_IF_ERROR(ParseLanguages(r, root["languages"], &c));
+  if (root["max_declared_duration"]) {
+    ASSIGN_OR_RETURN(c.max_declared_duration,
+                     r.Duration(root["max_declared_duration"], "max_declared_duration",
+                                absl::Seconds(1), absl::Minutes(5)));
+  }
   if (c.images.empty()) c.images.push_back({"*", "default"});
   return c;
 }

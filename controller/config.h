@@ -15,6 +15,11 @@
 //   scheduling: {overcommit: {cpu: 4, memory: 1, pids: 1}, best_of_k: 20, retries: 3}
 //   api: {max_request_bytes: 1MiB, max_upload_bytes: 64MiB, default_timeout: 10m,
 //         max_timeout: 24h, create_timeout: 60s}
+//   admin_key_file: /etc/moat/admin.key       # optional: the admin API (tenants, approvals)
+//   precheck: {enabled: true, medium_policy: strict, approval_timeout: 5m, max_pending: 8}
+//   languages:                                 # base limits per language profile
+//     python: {wall: 60s, cpu: 15s}            # cpu/wall is the profile's ratio cap
+//   max_declared_duration: 5m
 #pragma once
 
 #include <cstdint>
@@ -26,6 +31,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "controller/scheduler/framework.h"
+#include "controller/tenants/run_limits.h"
 
 namespace moat::controller {
 
@@ -37,6 +43,14 @@ struct ImageRule {
 };
 
 enum class StoreKind { kSqlite, kMemory };
+
+// The pre-check (controller/precheck/precheck.h) of commands sent through the controller.
+struct PrecheckConfig {
+  bool enabled = true;
+  std::string medium_policy = "strict";                // The policy medium-risk code runs under.
+  absl::Duration approval_timeout = absl::Minutes(5);  // Undecided high risk is then rejected.
+  int max_pending = 8;  // Commands one tenant may have waiting for approval at once.
+};
 
 struct ControllerConfig {
   std::string listen_address = "127.0.0.1";
@@ -58,6 +72,10 @@ struct ControllerConfig {
   absl::Duration default_timeout = absl::Minutes(10);
   absl::Duration max_timeout = absl::Hours(24);
   absl::Duration create_timeout = absl::Seconds(60);  // A create waits this long for a node.
+  std::string admin_key_file;  // Empty: no admin API (tenants live in api_keys_file only).
+  PrecheckConfig precheck;
+  std::vector<LanguageProfileConfig> languages;  // Empty: python, javascript, shell defaults.
+  absl::Duration max_declared_duration = absl::Minutes(5);
 
   // The profile for an image URI: the first rule that matches; empty if none does.
   std::string ProfileForImage(absl::string_view image) const;

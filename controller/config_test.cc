@@ -90,3 +90,31 @@ TEST(ApiKeysTest, TenantAndKeyPerLine) {
 
 }  // namespace
 }  // namespace moat::controller
+
+namespace moat::controller {
+namespace {
+
+TEST(ControllerConfigTest, AdminPrecheckAndLanguages) {
+  auto c = ParseConfig(
+      "admin_key_file: /etc/moat/admin.key\n"
+      "precheck: {enabled: false, medium_policy: no-net, approval_timeout: 30s, max_pending: 3}\n"
+      "languages: {python: {wall: 60s, cpu: 15s}, go: {wall: 10s, cpu: 10s}}\n"
+      "max_declared_duration: 2m\n",
+      "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->admin_key_file, "/etc/moat/admin.key");
+  EXPECT_FALSE(c->precheck.enabled);
+  EXPECT_EQ(c->precheck.medium_policy, "no-net");
+  EXPECT_EQ(c->precheck.approval_timeout, absl::Seconds(30));
+  EXPECT_EQ(c->precheck.max_pending, 3);
+  ASSERT_EQ(c->languages.size(), 2u);
+  EXPECT_EQ(c->languages[1].name, "go");
+  EXPECT_EQ(c->languages[1].cpu, absl::Seconds(10));
+  EXPECT_EQ(c->max_declared_duration, absl::Minutes(2));
+  EXPECT_THAT(ErrorOf("max_declared_duration: 10m\n"), HasSubstr("max_declared_duration"));
+  EXPECT_THAT(ErrorOf("precheck: {enabled: maybe}\n"), HasSubstr("precheck.enabled"));
+  EXPECT_THAT(ErrorOf("languages: {python: {wal: 1s}}\n"), HasSubstr("wal"));
+}
+
+}  // namespace
+}  // namespace moat::controller

@@ -46,6 +46,14 @@ std::string Both(absl::string_view pattern) { return absl::StrCat("(?:/v1)?", pa
 
 thread_local absl::Time request_start;
 
+// "quota.max_cpu" in a quota refusal's message (tenants/quota.h) -> "max_cpu".
+std::string QuotaNamed(absl::string_view message) {
+  size_t at = message.find("quota.");
+  if (at == absl::string_view::npos) return "unknown";
+  absl::string_view rest = message.substr(at + 6);
+  return std::string(rest.substr(0, rest.find_first_of(": ")));
+}
+
 }  // namespace
 
 std::string RoutePattern(absl::string_view path) {
@@ -112,7 +120,7 @@ HttpApi::~HttpApi() { Stop(); }
 
 bool HttpApi::Tenant(const httplib::Request& req, httplib::Response& res,
                      std::string* tenant) const {
-  if (options_.api_keys.empty()) {
+  if (options_.api_keys.empty() && options_.tenants == nullptr) {
     *tenant = "default";
     return true;
   }
@@ -124,8 +132,26 @@ bool HttpApi::Tenant(const httplib::Request& req, httplib::Response& res,
         return true;
       }
     }
+    if (options_.tenants != nullptr) {
+      absl::StatusOr<std::string> t = options_.tenants->Authenticate(key);
+      if (t.ok()) {
+        *tenant = *std::move(t);
+        return true;
+      }
+      if (!absl::IsUnauthenticated(t.status())) {
+        SendStatus(res, t.status());  // The store failed: not the caller's fault, not a 401.
+        return false;
+      }
+    }
   }
   SendError(res, 401, "missing or wrong API key: send it in the OPEN-SANDBOX-API-KEY header");
+  return false;
+}
+
+bool HttpApi::IsFileKey(const std::string& key) const {
+  for (const ApiKey& k : options_.api_keys) {
+    if (!key.empty() && ConstantTimeEquals(key, k.key)) return true;
+  }
   return false;
 }
 
@@ -230,6 +256,7 @@ void HttpApi::Routes() {
   });
   NodeRoutes();
   LifecycleRoutes();
+  if (options_.admin != nullptr) options_.admin->Register(s);
 }
 
 void HttpApi::NodeRoutes() {
@@ -281,8 +308,17 @@ void HttpApi::NodeRoutes() {
   });
   s.Post(R"(/v1/nodes/([^/]+)/(cordon|uncordon))",
          [this](const httplib::Request& req, httplib::Response& res) {
-           std::string tenant;
-           if (!Tenant(req, res, &tenant)) return;
+           // Cordon and drain touch every tenant's sandboxes on the node: with tenants
+           // (admin_key_file), only the admin key or an operator's api_keys_file key may.
+           if (options_.admin == nullptr || !options_.admin->IsAdmin(req)) {
+             std::string tenant;
+             if (!Tenant(req, res, &tenant)) return;
+             if (options_.admin != nullptr && !IsFileKey(req.get_header_value(kApiKeyHeader))) {
+               return SendError(res, 403,
+                                "node administration needs the admin key (Authorization: "
+                                "Bearer) or a key from api_keys_file, not a tenant's key");
+             }
+           }
            std::string name = req.matches[1].str(), verb = req.matches[2].str();
            absl::Status st = nodes_->SetCordoned(name, verb == "cordon");
            if (!st.ok()) return SendStatus(res, st);
@@ -319,10 +355,25 @@ void HttpApi::LifecycleRoutes() {
                                     " has joined; ask for one the fleet has, or none"));
     }
     spec->tenant = tenant;
+    // The tenant's quotas (tenants/quota.h): the create rate here, the rest at admission.
+    TenantQuota quota;
+    if (options_.tenants != nullptr) {
+      absl::StatusOr<TenantQuota> q = options_.tenants->QuotaOf(tenant);
+      if (!q.ok()) return SendStatus(res, q.status());
+      quota = *q;
+      if (absl::Status st = options_.create_rate->Acquire(tenant, quota.creates_per_minute);
+          !st.ok()) {
+        options_.tenant_metrics->CountQuotaRejection(tenant, "creates_per_minute");
+        return SendError(res, 429, st.message());
+      }
+    }
     absl::StatusOr<std::string> id = NewSandboxId();
     if (!id.ok()) return SendStatus(res, id.status());
     spec->id = *id;
-    absl::StatusOr<Sandbox> created = sandboxes_->Create(*std::move(spec));
+    absl::StatusOr<Sandbox> created = sandboxes_->Create(*std::move(spec), quota);
+    if (absl::IsPermissionDenied(created.status()) && options_.tenant_metrics != nullptr) {
+      options_.tenant_metrics->CountQuotaRejection(tenant, QuotaNamed(created.status().message()));
+    }
     if (!created.ok()) return SendStatus(res, created.status());
     res.set_header("Location", absl::StrCat("/v1/sandboxes/", created->id));
     SendJson(res, 202, SandboxJson(*created));
@@ -421,6 +472,11 @@ void HttpApi::LifecycleRoutes() {
     if (!agent.ok()) return SendStatus(res, agent.status());
     int port = 0;
     if (!absl::SimpleAtoi(req.matches[2].str(), &port)) return SendError(res, 400, "bad port");
+    // execd's commands pass the pre-check (precheck_gate.h) on their way in.
+    if (options_.precheck != nullptr && port == kExecdPort && req.method == "POST" &&
+        req.matches[3].str() == "/command" && !options_.precheck->Admit(*sb, req, res)) {
+      return;
+    }
     ProxyToSandbox(req, res, *sb, *agent, port, req.matches[3].str(), metrics_);
   };
   const std::string proxy_route = Both("/sandboxes/([^/]+)/proxy/([0-9]{1,5})(/.*)?");

@@ -16,10 +16,14 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "controller/admin_api.h"
 #include "controller/config.h"
 #include "controller/metrics.h"
 #include "controller/nodes.h"
+#include "controller/precheck_gate.h"
 #include "controller/sandboxes.h"
+#include "controller/tenant_metrics.h"
+#include "controller/tenants/tenants.h"
 
 namespace httplib {
 class Server;
@@ -33,6 +37,13 @@ struct HttpApiOptions {
   const ControllerConfig* config = nullptr;
   std::vector<ApiKey> api_keys;  // Empty: no key needed, every caller is tenant "default".
   std::string join_token;        // Agents prove they know it (node-agent/join_auth.h).
+  // Tenants with stored, hashed keys and quotas (admin_key_file set); null: api_keys only.
+  // With a registry every request needs a key, from the file or the registry.
+  TenantRegistry* tenants = nullptr;
+  CreateRateLimiter* create_rate = nullptr;  // With tenants: quota.creates_per_minute.
+  TenantMetrics* tenant_metrics = nullptr;   // With tenants.
+  AdminApi* admin = nullptr;                 // The /v1/admin routes; null: none.
+  PrecheckGate* precheck = nullptr;          // Scans execd commands through the proxy; null: none.
 };
 
 class HttpApi {
@@ -61,6 +72,8 @@ class HttpApi {
   void LifecycleRoutes();
   // The caller's tenant from OPEN-SANDBOX-API-KEY, or a 401 sent and false.
   bool Tenant(const httplib::Request& req, httplib::Response& res, std::string* tenant) const;
+  // Whether `key` is one of api_keys_file's (an operator's, not a stored tenant's).
+  bool IsFileKey(const std::string& key) const;
   // A join's nonce seen in the last few minutes (replays are refused).
   bool NonceSeen(const std::string& nonce);
 

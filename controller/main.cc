@@ -15,6 +15,7 @@
 #include "controller/metered_store.h"
 #include "controller/metrics.h"
 #include "controller/nodes.h"
+#include "controller/precheck/approvals.h"
 #include "controller/sandboxes.h"
 #include "controller/scheduler/scheduler.h"
 #include "controller/store/memory_store.h"
@@ -110,8 +111,31 @@ int Run(int argc, char** argv) {
     return 1;
   }
   sandboxes.StartPlacer();
-  absl::StatusOr<std::unique_ptr<HttpApi>> api = HttpApi::Create(
-      HttpApiOptions{&*config, api_keys, *join_token}, &nodes, &sandboxes, &metrics, &clock);
+
+  // Tenants, the admin API and the pre-check (docs/operations.md, "Tenants").
+  HttpApiOptions api_options{&*config, api_keys, *join_token};
+  TenantMetrics tenant_metrics(metrics.registry());
+  TenantRegistry tenants(store.get(), &clock);
+  CreateRateLimiter create_rate(&clock);
+  precheck::ApprovalQueue approvals(store.get(), &clock, config->precheck.approval_timeout,
+                                    config->precheck.max_pending);
+  PrecheckGate gate(&config->precheck, &approvals, &tenant_metrics);
+  std::unique_ptr<AdminApi> admin;
+  if (!config->admin_key_file.empty()) {
+    absl::StatusOr<std::string> admin_key = ReadTokenFile(config->admin_key_file);
+    if (!admin_key.ok()) {
+      LogError(absl::StrCat("the admin key (admin_key_file): ", admin_key.status().message()));
+      return 1;
+    }
+    admin = std::make_unique<AdminApi>(*admin_key, &tenants, &approvals, &sandboxes);
+    api_options.tenants = &tenants;
+    api_options.create_rate = &create_rate;
+    api_options.tenant_metrics = &tenant_metrics;
+    api_options.admin = admin.get();
+  }
+  if (config->precheck.enabled) api_options.precheck = &gate;
+  absl::StatusOr<std::unique_ptr<HttpApi>> api =
+      HttpApi::Create(std::move(api_options), &nodes, &sandboxes, &metrics, &clock);
   if (!api.ok()) {
     LogError(api.status().message());
     return 1;
@@ -146,6 +170,8 @@ int Run(int argc, char** argv) {
       sandboxes.NodeLost(lost);
     }
     sandboxes.Tick();
+    tenant_metrics.SetUsage(sandboxes.UsageByTenant());
+    tenant_metrics.SetApprovals(approvals.Counts());
   }
   (*api)->Stop();
   sandboxes.StopPlacer();

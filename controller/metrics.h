@@ -38,6 +38,8 @@ class ControllerMetrics {
   void ObserveStore(absl::string_view op, absl::Duration duration);
 
   std::string Serialize() const;
+  // For metrics kept beside these (tenant_metrics.h), served in the same /metrics.
+  prometheus::Registry& registry() { return *registry_; }
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;

@@ -2,8 +2,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "util/token.h"
 #include "util/status_macros.h"
+#include "util/token.h"
 
 namespace moat::controller {
 

@@ -32,6 +32,15 @@ bool OnNode(const Sandbox& s) {
          s.state == "Resuming";
 }
 
+// What counts against a tenant's quota: every sandbox that is waiting for a node or holds one
+// (a paused sandbox keeps its memory and its reservation).
+void CountAgainstQuota(const Sandbox& s, TenantUsage* usage) {
+  if (s.state != "Pending" && !OnNode(s)) return;
+  ++usage->sandboxes;
+  usage->cpu += s.resources.cpu;
+  usage->memory += s.resources.memory;
+}
+
 std::string EncodeSandbox(const Sandbox& s) {
   json j = {{"id", s.id},
             {"tenant", s.tenant},
@@ -219,13 +228,19 @@ absl::Status SandboxManager::Place(Sandbox& s, absl::Time deadline, bool& warm) 
   }
 }
 
-absl::StatusOr<Sandbox> SandboxManager::Create(Sandbox spec) {
+absl::StatusOr<Sandbox> SandboxManager::Create(Sandbox spec, const TenantQuota& quota) {
   const absl::Time start = clock_->Now();
   spec.state = "Pending";
   spec.created_at = spec.last_transition = start;
   {
     absl::MutexLock lock(&mu_);
     if (sandboxes_.contains(spec.id)) return absl::AlreadyExistsError("sandbox id in use");
+    // Under the lock with the insert below: two creates cannot both take the last of a quota.
+    TenantUsage usage;
+    for (const auto& [id, s] : sandboxes_) {
+      if (s.tenant == spec.tenant) CountAgainstQuota(s, &usage);
+    }
+    RETURN_IF_ERROR(CheckQuota(spec.tenant, quota, usage, spec.resources));
     sandboxes_[spec.id] = spec;
     placing_.insert(spec.id);
   }
@@ -634,6 +649,13 @@ std::vector<std::string> SandboxManager::EndDrained(const std::string& node) {
     LogInfo(absl::StrCat("node ", node, " drained: ", ids.size(), " sandbox(es) ended"));
   }
   return ids;
+}
+
+std::map<std::string, TenantUsage> SandboxManager::UsageByTenant() const {
+  std::map<std::string, TenantUsage> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, s] : sandboxes_) CountAgainstQuota(s, &out[s.tenant]);
+  return out;
 }
 
 int SandboxManager::Pending() const {

@@ -35,6 +35,7 @@
 #include "controller/nodes.h"
 #include "controller/scheduler/scheduler.h"
 #include "controller/store/store.h"
+#include "controller/tenants/quota.h"
 
 namespace moat::controller {
 
@@ -101,8 +102,9 @@ class SandboxManager {
   // Places `spec` (its id, tenant, profile, resources, ... filled by the caller) and returns it
   // Running. If no node fits within create_timeout, it is returned Pending with the reason
   // ("0/3 nodes: ..."), stored, and placed later by RetryPending. Unavailable when the agents
-  // failed on 1 + retries nodes (nothing is kept).
-  absl::StatusOr<Sandbox> Create(Sandbox spec);
+  // failed on 1 + retries nodes (nothing is kept). PermissionDenied, naming the quota, if the
+  // tenant's Pending and Running sandboxes plus this one would exceed `quota`.
+  absl::StatusOr<Sandbox> Create(Sandbox spec, const TenantQuota& quota = {});
   // POST /v1/run: `spec` placed (from the warm pool when it keeps to its profile), `command`
   // run in it, and the sandbox deleted whatever happened. ResourceExhausted when no node fits
   // within create_timeout (nothing is left waiting).
@@ -152,6 +154,8 @@ class SandboxManager {
   void Tick();
 
   int Pending() const;
+  // What each tenant holds now (Pending and Running sandboxes), for quotas and metrics.
+  std::map<std::string, TenantUsage> UsageByTenant() const;
 
  private:
   // Schedules, reserves and calls agents until one took the sandbox, `deadline` passes while no

@@ -32,7 +32,10 @@ LAYERS = {
     "node-agent/api": ["node-agent"],
     "controller/store": ["util"],
     "controller/scheduler": ["util"],
-    "controller": ["controller/store", "controller/scheduler", "sandbox/values"],
+    "controller/tenants": ["controller/store", "controller/scheduler"],
+    "controller/precheck": ["controller/store"],
+    "controller": ["controller/store", "controller/scheduler", "controller/tenants",
+                   "controller/precheck", "sandbox/values"],
 }
 TESTING = {"sandbox/testing", "node-agent/testing", "controller/testing"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

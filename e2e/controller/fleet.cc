@@ -61,6 +61,7 @@ std::pair<int, nlohmann::json> Send(httplib::Client& client, const std::string& 
   httplib::Result res = method == "GET"      ? client.Get(path, headers)
                         : method == "DELETE" ? client.Delete(path, headers)
                         : method == "PATCH"  ? client.Patch(path, headers, body, "application/json")
+                        : method == "PUT"    ? client.Put(path, headers, body, "application/json")
                                              : client.Post(path, headers, body, "application/json");
   if (!res) return {0, nullptr};
   return {res->status, nlohmann::json::parse(res->body, nullptr, false)};
@@ -119,6 +120,8 @@ absl::StatusOr<std::unique_ptr<Fleet>> Fleet::Create() {
   f->keys_file_ = f->dir_ + "/controller.keys";
   WriteFile(f->join_token_file_, RandomHex() + "\n", 0600);
   WriteFile(f->keys_file_, "e2e " + f->api_key_ + "\n", 0600);
+  f->admin_key_ = RandomHex();
+  WriteFile(f->dir_ + "/admin.key", f->admin_key_ + "\n", 0600);
   return f;
 }
 
@@ -143,7 +146,8 @@ absl::Status Fleet::StartController() {
                          "\n", "join_token_file: ", join_token_file_, "\n",
                          "images: [{image: \"*\", profile: default}]\n",
                          "nodes: {heartbeat_interval: 1s, misses: 3, lost_after: 6s}\n",
-                         "api: {create_timeout: 5s}\n"),
+                         "api: {create_timeout: 5s}\n", "admin_key_file: ", dir_, "/admin.key\n",
+                         extra_config_),
             0600);
   controller_ = std::make_unique<Daemon>();
   controller_->port_ = controller_port_;
@@ -202,6 +206,15 @@ std::pair<int, nlohmann::json> Fleet::Call(const std::string& method, const std:
   httplib::Client client("127.0.0.1", controller_port_);
   client.set_read_timeout(60, 0);
   return Send(client, method, path, body, {{"OPEN-SANDBOX-API-KEY", api_key_}});
+}
+
+std::pair<int, nlohmann::json> Fleet::CallWith(const std::map<std::string, std::string>& headers,
+                                               const std::string& method, const std::string& path,
+                                               const std::string& body) {
+  httplib::Client client("127.0.0.1", controller_port_);
+  client.set_read_timeout(60, 0);
+  httplib::Headers h(headers.begin(), headers.end());
+  return Send(client, method, path, body, h);
 }
 
 std::pair<int, nlohmann::json> Fleet::AgentCall(const std::string& name, const std::string& method,

@@ -57,10 +57,17 @@ class Fleet {
   const std::string& dir() const { return dir_; }
   // The moat CLI (MOAT_BIN, else beside moat-agent).
   static std::string MoatBinary();
+  const std::string& admin_key() const { return admin_key_; }
+  // YAML lines added to the controller's config at the next StartController.
+  void set_extra_config(std::string yaml) { extra_config_ = std::move(yaml); }
 
   // The controller's API with the API key: (status, body parsed or null).
   std::pair<int, nlohmann::json> Call(const std::string& method, const std::string& path,
                                       const std::string& body = "");
+  // The same with other headers in place of the API key (another tenant's key, the admin's).
+  std::pair<int, nlohmann::json> CallWith(const std::map<std::string, std::string>& headers,
+                                          const std::string& method, const std::string& path,
+                                          const std::string& body = "");
   // The agent's node API with its node token.
   std::pair<int, nlohmann::json> AgentCall(const std::string& name, const std::string& method,
                                            const std::string& path);
@@ -70,7 +77,7 @@ class Fleet {
   static bool WaitFor(const std::function<bool()>& check, absl::Duration timeout);
 
  private:
-  std::string dir_, api_key_, join_token_file_, keys_file_;
+  std::string dir_, api_key_, join_token_file_, keys_file_, admin_key_, extra_config_;
   std::unique_ptr<Daemon> controller_;
   int controller_port_ = 0;
   std::map<std::string, std::unique_ptr<Daemon>> agents_;

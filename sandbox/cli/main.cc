@@ -9,6 +9,7 @@
 #include "sandbox/cli/policy_command.h"
 #include "sandbox/cli/run_command.h"
 #include "sandbox/cli/server_command.h"
+#include "sandbox/cli/tenant_command.h"
 
 namespace {
 
@@ -22,6 +23,8 @@ usage: moat run [OPTIONS] -- COMMAND [ARG...]   run COMMAND in a fresh sandbox (
                                                 the same on a moat-controller's fleet
        moat sandbox create|ls|get|exec|cp|rm    sandboxes on a controller (moat sandbox --help)
        moat node ls|cordon|uncordon|drain       the controller's nodes (moat node --help)
+       moat tenant|approval ...                 a controller's tenants, keys and approvals
+                                                (moat tenant --help)
        moat --help                              this help
        moat --version                           print the version
 
@@ -65,6 +68,7 @@ int main(int argc, char** argv) {
   if (args[0] == "policy") {
     return moat::cli::PolicyCommandMain(std::vector<std::string>(args.begin() + 1, args.end()));
   }
+  if (args[0] == "tenant" || args[0] == "approval") return moat::cli::TenantCommandMain(args);
   std::fprintf(stderr, "moat: unknown command \"%s\" (see moat --help)\n", args[0].c_str());
   return 125;
 }
