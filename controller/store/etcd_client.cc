@@ -285,7 +285,7 @@ absl::Status EtcdClient::Resign(const LeaderKey& leader) const {
       .status();
 }
 
-void EtcdClient::CancelCampaigns() {
+void EtcdClient::CancelCampaigns() const {
   absl::MutexLock lock(&mu_);
   cancelled_ = true;
   for (httplib::Client* c : campaigns_) c->stop();

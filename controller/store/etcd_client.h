@@ -78,7 +78,7 @@ class EtcdClient {
   absl::StatusOr<std::optional<std::string>> Leader(const std::string& name) const;
   absl::Status Resign(const LeaderKey& leader) const;
   // Closes the connections of campaigns in flight (shutdown).
-  void CancelCampaigns();
+  void CancelCampaigns() const;
 
  private:
   explicit EtcdClient(EtcdClientOptions options);
@@ -94,7 +94,7 @@ class EtcdClient {
   mutable size_t current_ ABSL_GUARDED_BY(mu_) = 0;
   // Connections of campaigns in flight, so CancelCampaigns can stop them.
   mutable std::vector<httplib::Client*> campaigns_ ABSL_GUARDED_BY(mu_);
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  mutable bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace moat::controller
