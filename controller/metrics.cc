@@ -57,7 +57,12 @@ ControllerMetrics::ControllerMetrics()
                          .Name("moat_controller_proxied_bytes_total")
                          .Help("Response bytes proxied from agents to clients.")
                          .Register(*registry_)
-                         .Add({})) {}
+                         .Add({})),
+      leader_(BuildGauge()
+                  .Name("moat_controller_leader")
+                  .Help("1 while this replica leads (runs placement, node leases, expiry).")
+                  .Register(*registry_)
+                  .Add({})) {}
 
 void ControllerMetrics::ObserveRequest(absl::string_view route, int status,
                                        absl::Duration duration) {
@@ -76,6 +81,8 @@ void ControllerMetrics::ObserveScheduling(absl::Duration duration, int attempts)
 }
 
 void ControllerMetrics::SetPending(int pending) { pending_.Set(pending); }
+
+void ControllerMetrics::SetLeader(bool leader) { leader_.Set(leader ? 1 : 0); }
 
 void ControllerMetrics::SetNodes(
     const std::map<std::pair<std::string, std::string>, int>& by_state_and_arch) {

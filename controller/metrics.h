@@ -30,6 +30,8 @@ class ControllerMetrics {
   void SetNodes(const std::map<std::pair<std::string, std::string>, int>& by_state_and_arch);
   void SetSandboxes(const std::map<std::string, int>& by_state);
   void AddProxiedBytes(uint64_t bytes);
+  // moat_controller_leader: 1 while this replica leads (always, with an embedded store).
+  void SetLeader(bool leader);
 
   std::string Serialize() const;
 
@@ -43,6 +45,7 @@ class ControllerMetrics {
   prometheus::Family<prometheus::Gauge>& nodes_;
   prometheus::Family<prometheus::Gauge>& sandboxes_;
   prometheus::Counter& proxied_bytes_;
+  prometheus::Gauge& leader_;
 };
 
 }  // namespace moat::controller
