@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -38,6 +39,23 @@ constexpr char kUsage[] =
     "  --help         this text\n"
     "The API listens on 127.0.0.1:8080 unless listen: says otherwise; state (SQLite) lives in\n"
     "/var/lib/moat-controller unless state_dir: says otherwise.\n";
+
+// "${NAME}" replaced by the environment variable NAME (empty if unset): advertise_url may name
+// the pod's IP, which only the pod knows (charts/moat sets POD_IP).
+std::string ExpandEnv(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    size_t end = text.find('}', i);
+    if (text.compare(i, 2, "${") == 0 && end != std::string::npos) {
+      const char* value = std::getenv(text.substr(i + 2, end - i - 2).c_str());
+      out += value ? value : "";
+      i = end;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
 
 int Run(int argc, char** argv) {
   sigset_t stop_signals;
@@ -102,7 +120,7 @@ int Run(int argc, char** argv) {
     }
     etcd = *std::move(client);
     const LeaderElectionConfig& le = config->leader_election;
-    self = le.advertise_url;
+    self = ExpandEnv(le.advertise_url);
     if (self.empty() && config->port != 0) {
       self = absl::StrCat(config->tls_cert_file.empty() ? "http://" : "https://",
                           config->listen_address, ":", config->port);

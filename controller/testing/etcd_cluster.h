@@ -5,6 +5,7 @@
 
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -90,6 +91,7 @@ class EtcdCluster {
     std::string log = absl::StrCat(dir_, "/", m.name, ".log");
     pid_t pid = fork();
     if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // A test killed on timeout leaves no member behind.
       FILE* f = freopen(log.c_str(), "a", stderr);
       (void)f;
       std::vector<char*> argv;
