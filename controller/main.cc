@@ -182,6 +182,9 @@ int Run(int argc, char** argv) {
   std::atomic<bool> stopping{false};
   if (elector) {
     elector->SetOnChange([&](bool leader) {
+      // Whatever this replica knew of the nodes is stale either way: while another replica
+      // led, they heartbeated there. They join again within a heartbeat (and are reconciled).
+      nodes.Clear();
       if (leader) {
         // What the previous leader acknowledged, before this one acts on it.
         if (absl::Status st = sandboxes.Reload(); !st.ok()) {
@@ -191,11 +194,13 @@ int Run(int argc, char** argv) {
       leading = leader;
       metrics.SetLeader(leader);
     });
-    forwarder = std::make_unique<LeaderForwarder>(
-        ForwarderOptions{.self = self,
-                         .leader = [e = elector.get()] { return e->Leader(); },
-                         .timeout = config->create_timeout + absl::Seconds(30),
-                         .ca_file = config->etcd.ca_file});
+    forwarder = std::make_unique<LeaderForwarder>(ForwarderOptions{
+        .self = self,
+        .leader = [e = elector.get()]() -> absl::StatusOr<std::optional<std::string>> {
+          return e->KnownLeader();
+        },
+        .timeout = config->create_timeout + absl::Seconds(30),
+        .ca_file = config->etcd.ca_file});
     placer = std::thread([&] {
       while (!stopping) {
         if (leading) sandboxes.RetryPending();
@@ -245,6 +250,7 @@ int Run(int argc, char** argv) {
 
   const timespec tick = {0, 250'000'000};
   absl::Time last_reload = absl::InfinitePast();
+  bool reload_failing = false;
   while (true) {
     int sig = sigtimedwait(&stop_signals, nullptr, &tick);
     if (sig == SIGTERM || sig == SIGINT) {
@@ -256,7 +262,17 @@ int Run(int argc, char** argv) {
       // keeps its copy of the sandboxes fresh for the reads it serves.
       if (absl::Now() - last_reload >= absl::Seconds(1)) {
         last_reload = absl::Now();
-        if (sandboxes.Reload().ok()) refreshed_ms = absl::ToUnixMillis(absl::Now());
+        absl::Status reloaded = sandboxes.Reload();
+        const bool was_failing = reload_failing;
+        reload_failing = !reloaded.ok();
+        if (reloaded.ok()) {
+          refreshed_ms = absl::ToUnixMillis(absl::Now());
+        } else if (!was_failing) {
+          LogWarning(
+              absl::StrCat("follower: cannot refresh the sandboxes from etcd (reads are "
+                           "marked stale): ",
+                           reloaded.message()));
+        }
       }
       continue;
     }

@@ -46,6 +46,11 @@ absl::StatusOr<std::optional<std::string>> LeaderElector::Leader() const {
   return client_->Leader(options_.election);
 }
 
+std::optional<std::string> LeaderElector::KnownLeader() const {
+  absl::MutexLock lock(&mu_);
+  return known_leader_;
+}
+
 int64_t LeaderElector::terms() const {
   absl::MutexLock lock(&mu_);
   return terms_;
@@ -124,6 +129,10 @@ void LeaderElector::RenewLoop() {
       mu_.AwaitWithTimeout(absl::Condition(&woken), options_.renew_interval);
       if (stopping_) break;
       won.swap(won_);
+    }
+    if (absl::StatusOr<std::optional<std::string>> leader = Leader(); leader.ok()) {
+      absl::MutexLock lock(&mu_);
+      known_leader_ = *leader;
     }
     absl::StatusOr<absl::Duration> renewed = client_->LeaseKeepAlive(lease);
     if (renewed.ok()) {

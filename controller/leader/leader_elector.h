@@ -59,6 +59,10 @@ class LeaderElector {
   std::optional<Fence> CurrentFence() const;
   // The identity of the replica etcd says leads now (nullopt: none); Unavailable without etcd.
   absl::StatusOr<std::optional<std::string>> Leader() const;
+  // The leader's identity as last read from etcd (once per renew_interval, off the request
+  // path, so forwarding never waits for etcd); the last answer is kept while etcd does not
+  // answer. Forwarding to a replica that no longer leads is safe: it refuses (503).
+  std::optional<std::string> KnownLeader() const;
   // Times this replica became the leader.
   int64_t terms() const;
   // The lease this replica campaigns with (0: none); tests revoke it to depose the leader.
@@ -80,6 +84,7 @@ class LeaderElector {
   std::optional<LeaderKey> won_ ABSL_GUARDED_BY(mu_);      // A campaign's result, not yet applied.
   std::optional<LeaderKey> leading_ ABSL_GUARDED_BY(mu_);  // Set while the leader.
   int64_t terms_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<std::string> known_leader_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> campaigns_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -183,7 +183,7 @@ absl::StatusOr<json> EtcdClient::Call(absl::string_view path, const json& body,
     absl::StatusOr<json> answer = CallOnce(*client, endpoint, path, text, timeout, &try_next);
     if (!try_next) {
       absl::MutexLock lock(&mu_);
-      current_ = index;
+      if (answer.ok()) current_ = index;
       if (answer.ok() && idle_[index].size() < kMaxIdlePerEndpoint) {
         idle_[index].push_back(std::move(client));
       }

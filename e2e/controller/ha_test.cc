@@ -195,9 +195,19 @@ TEST_F(HaE2eTest, EtcdMemberLossThenQuorumLoss) {
   const int follower = AFollower();
   fleet_->Target(follower);
   ASSERT_TRUE(fleet_->StartAgent({.name = "a1", .pool_floor = 1}).ok());
-  auto [s1, sb1] = fleet_->CallReplica(follower, "POST", "/v1/sandboxes", kCreate);
-  ASSERT_EQ(s1, 202) << sb1.dump();
-  const std::string id = sb1["id"];
+  // A Running one: Pending sandboxes live in the leader's memory only (docs/controller.md), so
+  // a follower does not know them until they are placed.
+  std::string id;
+  for (int i = 0; i < 5 && id.empty(); ++i) {
+    auto [s1, sb1] = fleet_->CallReplica(follower, "POST", "/v1/sandboxes", kCreate);
+    ASSERT_EQ(s1, 202) << sb1.dump();
+    if (sb1["status"]["state"] == "Running") id = sb1["id"];
+  }
+  ASSERT_FALSE(id.empty()) << "no create was placed at once";
+  ASSERT_TRUE(Fleet::WaitFor(
+      [&] { return fleet_->CallReplica(follower, "GET", "/v1/sandboxes/" + id).first == 200; },
+      absl::Seconds(5)))
+      << "the follower's copy never showed the sandbox";
 
   etcd_.Kill(0);
   ASSERT_TRUE(etcd_.WaitHealthy(2).ok());
@@ -219,7 +229,8 @@ TEST_F(HaE2eTest, EtcdMemberLossThenQuorumLoss) {
   // Reads: the known sandbox, marked as possibly stale.
   std::map<std::string, std::string> headers;
   auto [s4, body4] = fleet_->CallReplica(follower, "GET", "/v1/sandboxes/" + id, "", &headers);
-  EXPECT_EQ(s4, 200) << body4.dump();
+  EXPECT_EQ(s4, 200) << body4.dump() << "\nfollower: " << fleet_->replica(follower).Log()
+                     << "\nleader: " << fleet_->replica(leader).Log();
   EXPECT_TRUE(headers.contains("X-Moat-Stale"));
   EXPECT_THAT(headers["X-Moat-Stale"], HasSubstr("store-unreachable"));
 
