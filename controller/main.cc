@@ -26,6 +26,7 @@
 #include "controller/store/etcd_store.h"
 #include "controller/store/memory_store.h"
 #include "controller/store/sqlite_store.h"
+#include "util/log.h"
 #include "util/token.h"
 
 namespace moat::controller {

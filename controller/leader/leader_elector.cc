@@ -2,7 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "controller/log.h"
+#include "util/log.h"
 
 namespace moat::controller {
 

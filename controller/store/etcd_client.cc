@@ -9,7 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "sandbox/util/status_macros.h"
+#include "util/status_macros.h"
 
 namespace moat::controller {
 namespace {

@@ -6,7 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "sandbox/util/status_macros.h"
+#include "util/status_macros.h"
 
 namespace moat::controller {
 namespace {
