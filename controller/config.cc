@@ -166,6 +166,70 @@ absl::Status ParsePrecheck(const YamlReader& r, const YAML::Node& n, ControllerC
   return absl::OkStatus();
 }
 
+// store: {kind: sqlite|memory|etcd, endpoints: [...], tls: {ca, cert, key}, prefix: moat/};
+// "engine" is accepted for "kind".
+absl::Status ParseStore(const YamlReader& r, const YAML::Node& store, ControllerConfig* c) {
+  RETURN_IF_ERROR(r.CheckMap(store, "store", {"kind", "engine", "endpoints", "tls", "prefix"}));
+  const char* name = store["engine"] ? "store.engine" : "store.kind";
+  ASSIGN_OR_RETURN(std::string kind,
+                   r.String(store["engine"] ? store["engine"] : store["kind"], name));
+  if (kind == "sqlite") {
+    c->store = StoreKind::kSqlite;
+  } else if (kind == "memory") {
+    c->store = StoreKind::kMemory;
+  } else if (kind == "etcd") {
+    c->store = StoreKind::kEtcd;
+  } else {
+    return r.Error(store["engine"] ? store["engine"] : store["kind"], name,
+                   "must be \"sqlite\" (durable, in state_dir), \"etcd\" (several replicas: "
+                   "add endpoints) or \"memory\" (tests: nothing survives a restart)");
+  }
+  if (c->store != StoreKind::kEtcd) {
+    for (const char* key : {"endpoints", "tls", "prefix"}) {
+      if (store[key]) {
+        return r.Error(store[key], absl::StrCat("store.", key), "is for the etcd store only");
+      }
+    }
+    return absl::OkStatus();
+  }
+  const YAML::Node endpoints = store["endpoints"];
+  if (!endpoints || !endpoints.IsSequence() || endpoints.size() == 0) {
+    return r.Error(endpoints, "store.endpoints",
+                   "must list the etcd members' client URLs, e.g. [http://127.0.0.1:2379]");
+  }
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    std::string key = absl::StrCat("store.endpoints[", i, "]");
+    ASSIGN_OR_RETURN(std::string url, r.String(endpoints[i], key));
+    if (!absl::StartsWith(url, "http://") && !absl::StartsWith(url, "https://")) {
+      return r.Error(endpoints[i], key, "must be a URL: http://HOST:PORT or https://HOST:PORT");
+    }
+    c->etcd.endpoints.push_back(std::move(url));
+  }
+  if (const YAML::Node tls = store["tls"]) {
+    RETURN_IF_ERROR(r.CheckMap(tls, "store.tls", {"ca", "cert", "key"}));
+    if (tls["ca"]) {
+      ASSIGN_OR_RETURN(c->etcd.ca_file, r.AbsolutePath(tls["ca"], "store.tls.ca"));
+    }
+    if (tls["cert"]) {
+      ASSIGN_OR_RETURN(c->etcd.cert_file, r.AbsolutePath(tls["cert"], "store.tls.cert"));
+    }
+    if (tls["key"]) {
+      ASSIGN_OR_RETURN(c->etcd.key_file, r.AbsolutePath(tls["key"], "store.tls.key"));
+    }
+    if (c->etcd.cert_file.empty() != c->etcd.key_file.empty()) {
+      return r.Error(tls, "store.tls",
+                     "needs both cert and key (a client certificate), or neither");
+    }
+  }
+  if (store["prefix"]) {
+    ASSIGN_OR_RETURN(c->etcd.prefix, r.String(store["prefix"], "store.prefix"));
+    if (c->etcd.prefix.empty() || c->etcd.prefix.back() != '/') {
+      return r.Error(store["prefix"], "store.prefix", "must end in \"/\" (e.g. moat/)");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseLanguages(const YamlReader& r, const YAML::Node& n, ControllerConfig* c) {
   if (!n.IsMap()) return r.Error(n, "languages", "must be a map of language: {wall, cpu}");
   for (const auto& it : n) {
@@ -186,6 +250,42 @@ absl::Status ParseLanguages(const YamlReader& r, const YAML::Node& n, Controller
   return absl::OkStatus();
 }
 
+// leader_election: {advertise_url, lease_ttl, renew_deadline, renew_interval} (etcd store).
+absl::Status ParseLeaderElection(const YamlReader& r, const YAML::Node& n, ControllerConfig* c) {
+  RETURN_IF_ERROR(r.CheckMap(n, "leader_election",
+                             {"advertise_url", "lease_ttl", "renew_deadline", "renew_interval"}));
+  LeaderElectionConfig& l = c->leader_election;
+  if (n["advertise_url"]) {
+    ASSIGN_OR_RETURN(l.advertise_url,
+                     r.String(n["advertise_url"], "leader_election.advertise_url"));
+    if (!absl::StartsWith(l.advertise_url, "http://") &&
+        !absl::StartsWith(l.advertise_url, "https://")) {
+      return r.Error(n["advertise_url"], "leader_election.advertise_url",
+                     "must be the URL other replicas reach this one at: http(s)://HOST:PORT");
+    }
+  }
+  if (n["lease_ttl"]) {
+    ASSIGN_OR_RETURN(l.lease_ttl, r.Duration(n["lease_ttl"], "leader_election.lease_ttl",
+                                             absl::Seconds(2), absl::Minutes(5)));
+  }
+  if (n["renew_deadline"]) {
+    ASSIGN_OR_RETURN(l.renew_deadline,
+                     r.Duration(n["renew_deadline"], "leader_election.renew_deadline",
+                                absl::Seconds(1), absl::Minutes(5)));
+  }
+  if (n["renew_interval"]) {
+    ASSIGN_OR_RETURN(l.renew_interval,
+                     r.Duration(n["renew_interval"], "leader_election.renew_interval",
+                                absl::Milliseconds(100), absl::Minutes(1)));
+  }
+  if (!(l.renew_interval < l.renew_deadline && l.renew_deadline < l.lease_ttl)) {
+    return r.Error(n, "leader_election",
+                   "needs renew_interval < renew_deadline < lease_ttl (defaults 2s, 10s, 15s): "
+                   "a leader must step down before etcd can give its lease away");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ControllerConfig> ParseRoot(const YamlReader& r, const YAML::Node& root) {
   ControllerConfig c;
   if (root.IsNull()) {  // An empty file: every default.
@@ -195,7 +295,8 @@ absl::StatusOr<ControllerConfig> ParseRoot(const YamlReader& r, const YAML::Node
   RETURN_IF_ERROR(r.CheckMap(
       root, "",
       {"listen", "tls", "state_dir", "store", "api_keys_file", "join_token_file", "images", "nodes",
-       "scheduling", "api", "admin_key_file", "precheck", "languages", "max_declared_duration"}));
+       "scheduling", "api", "admin_key_file", "precheck", "languages", "max_declared_duration",
+       "leader_election"}));
   if (root["listen"]) RETURN_IF_ERROR(ParseListen(r, root["listen"], &c));
   if (const YAML::Node tls = root["tls"]) {
     RETURN_IF_ERROR(r.CheckMap(tls, "tls", {"cert", "key"}));
@@ -205,18 +306,9 @@ absl::StatusOr<ControllerConfig> ParseRoot(const YamlReader& r, const YAML::Node
   if (root["state_dir"]) {
     ASSIGN_OR_RETURN(c.state_dir, r.AbsolutePath(root["state_dir"], "state_dir"));
   }
-  if (const YAML::Node store = root["store"]) {
-    RETURN_IF_ERROR(r.CheckMap(store, "store", {"kind"}));
-    ASSIGN_OR_RETURN(std::string kind, r.String(store["kind"], "store.kind"));
-    if (kind == "sqlite") {
-      c.store = StoreKind::kSqlite;
-    } else if (kind == "memory") {
-      c.store = StoreKind::kMemory;
-    } else {
-      return r.Error(store["kind"], "store.kind",
-                     "must be \"sqlite\" (durable, in state_dir) or \"memory\" (tests: nothing "
-                     "survives a restart)");
-    }
+  if (root["store"]) RETURN_IF_ERROR(ParseStore(r, root["store"], &c));
+  if (root["leader_election"]) {
+    RETURN_IF_ERROR(ParseLeaderElection(r, root["leader_election"], &c));
   }
   if (root["api_keys_file"]) {
     ASSIGN_OR_RETURN(c.api_keys_file, r.AbsolutePath(root["api_keys_file"], "api_keys_file"));

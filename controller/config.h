@@ -6,6 +6,10 @@
 //   tls: {cert: /etc/moat/controller.crt, key: /etc/moat/controller.key}  # optional
 //   state_dir: /var/lib/moat-controller
 //   store: {kind: sqlite}                      # sqlite (in state_dir) or memory (tests only)
+//   store: {kind: etcd, endpoints: [http://10.0.0.1:2379, ...],       # several replicas
+//           tls: {ca: FILE, cert: FILE, key: FILE}, prefix: moat/}
+//   leader_election: {advertise_url: http://10.0.0.5:8080, lease_ttl: 15s,
+//                     renew_deadline: 10s, renew_interval: 2s}        # etcd store only
 //   api_keys_file: /etc/moat/controller.keys   # lines "TENANT KEY"; optional: no file, no auth
 //   join_token_file: /etc/moat/join.token      # agents prove they know it to join
 //   images:                                    # image.uri -> agent profile, first match wins
@@ -42,7 +46,21 @@ struct ImageRule {
   std::string profile;  // The agent profile sandboxes of matching images run in.
 };
 
-enum class StoreKind { kSqlite, kMemory };
+enum class StoreKind { kSqlite, kMemory, kEtcd };
+
+struct EtcdConfig {
+  std::vector<std::string> endpoints;
+  std::string ca_file, cert_file, key_file;  // TLS to the members; optional.
+  std::string prefix = "moat/";              // Every key of this fleet lives under it.
+};
+
+struct LeaderElectionConfig {
+  std::string advertise_url;  // Where followers forward writes to this replica; default
+                              // http://<listen address>:<port>.
+  absl::Duration lease_ttl = absl::Seconds(15);
+  absl::Duration renew_deadline = absl::Seconds(10);
+  absl::Duration renew_interval = absl::Seconds(2);
+};
 
 // The pre-check (controller/precheck/precheck.h) of commands sent through the controller.
 struct PrecheckConfig {
@@ -58,6 +76,8 @@ struct ControllerConfig {
   std::string tls_cert_file, tls_key_file;  // Both or neither.
   std::string state_dir = "/var/lib/moat-controller";
   StoreKind store = StoreKind::kSqlite;
+  EtcdConfig etcd;  // store: etcd only.
+  LeaderElectionConfig leader_election;
   std::string api_keys_file;  // Empty: the API takes no key (loopback development only).
   std::string join_token_file = "/etc/moat/join.token";
   std::vector<ImageRule> images;

@@ -60,7 +60,7 @@ api: {max_request_bytes: 64KiB, default_timeout: 5m, max_timeout: 1h, create_tim
 
 TEST(ControllerConfigTest, ErrorsNameTheKeyAndWhatToDo) {
   EXPECT_THAT(ErrorOf("listen: {prot: 1}"), HasSubstr("\"listen.prot\" is not a known key"));
-  EXPECT_THAT(ErrorOf("store: {kind: etcd}"), HasSubstr("\"sqlite\""));
+  EXPECT_THAT(ErrorOf("store: {kind: redis}"), HasSubstr("\"sqlite\""));
   EXPECT_THAT(ErrorOf("images: [{image: \"py*thon\", profile: p}]"), HasSubstr("at its end"));
   EXPECT_THAT(ErrorOf("images: [{image: x, profile: Bad}]"), HasSubstr("lower-case"));
   EXPECT_THAT(ErrorOf("nodes: {heartbeat_interval: 5s, misses: 3, lost_after: 10s}"),
@@ -70,6 +70,42 @@ TEST(ControllerConfigTest, ErrorsNameTheKeyAndWhatToDo) {
   EXPECT_THAT(ErrorOf("tls: {cert: relative.crt, key: /k}"), HasSubstr("absolute path"));
   EXPECT_THAT(ErrorOf("listen: [1"), HasSubstr("not valid YAML"));
   EXPECT_THAT(ErrorOf("state_dir: /x\nextra: 1"), HasSubstr("c.yaml:2"));
+}
+
+TEST(ControllerConfigTest, TheEtcdStoreAndLeaderElection) {
+  auto c = ParseConfig(R"(
+store:
+  engine: etcd
+  endpoints: [http://10.0.0.1:2379, https://10.0.0.2:2379]
+  tls: {ca: /etc/moat/etcd-ca.crt, cert: /etc/moat/etcd.crt, key: /etc/moat/etcd.key}
+  prefix: fleet-a/
+leader_election: {advertise_url: http://10.0.0.5:8080, lease_ttl: 20s, renew_deadline: 12s}
+)",
+                       "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->store, StoreKind::kEtcd);
+  EXPECT_THAT(c->etcd.endpoints,
+              ::testing::ElementsAre("http://10.0.0.1:2379", "https://10.0.0.2:2379"));
+  EXPECT_EQ(c->etcd.ca_file, "/etc/moat/etcd-ca.crt");
+  EXPECT_EQ(c->etcd.key_file, "/etc/moat/etcd.key");
+  EXPECT_EQ(c->etcd.prefix, "fleet-a/");
+  EXPECT_EQ(c->leader_election.advertise_url, "http://10.0.0.5:8080");
+  EXPECT_EQ(c->leader_election.lease_ttl, absl::Seconds(20));
+  EXPECT_EQ(c->leader_election.renew_interval, absl::Seconds(2));
+  auto defaults = ParseConfig("store: {kind: etcd, endpoints: [http://127.0.0.1:2379]}", "c.yaml");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->leader_election.lease_ttl, absl::Seconds(15));
+  EXPECT_EQ(defaults->leader_election.renew_deadline, absl::Seconds(10));
+  EXPECT_EQ(defaults->etcd.prefix, "moat/");
+
+  EXPECT_THAT(ErrorOf("store: {kind: etcd}"), HasSubstr("client URLs"));
+  EXPECT_THAT(ErrorOf("store: {kind: etcd, endpoints: [127.0.0.1:2379]}"),
+              HasSubstr("http://HOST:PORT"));
+  EXPECT_THAT(ErrorOf("store: {kind: sqlite, endpoints: [http://a:1]}"),
+              HasSubstr("etcd store only"));
+  EXPECT_THAT(ErrorOf("store: {kind: etcd, endpoints: [http://a:1], tls: {cert: /c}}"),
+              HasSubstr("both cert and key"));
+  EXPECT_THAT(ErrorOf("leader_election: {lease_ttl: 5s}"), HasSubstr("renew_deadline < lease_ttl"));
 }
 
 TEST(ApiKeysTest, TenantAndKeyPerLine) {

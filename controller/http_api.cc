@@ -28,6 +28,10 @@ constexpr char kApiKeyHeader[] = "OPEN-SANDBOX-API-KEY";
 // A join's timestamp may be this far from the controller's clock.
 constexpr absl::Duration kJoinClockSkew = absl::Minutes(5);
 
+// Requests a follower forwards to the leader are routed under this prefix (a space: no
+// client's path holds one).
+constexpr char kForwardPrefix[] = "/ forwarded";
+
 void SendJson(httplib::Response& res, int status, const json& body) {
   res.status = status;
   res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), kJson);
@@ -57,6 +61,7 @@ std::string QuotaNamed(absl::string_view message) {
 }  // namespace
 
 std::string RoutePattern(absl::string_view path) {
+  absl::ConsumePrefix(&path, kForwardPrefix);
   absl::ConsumePrefix(&path, "/v1");
   std::vector<absl::string_view> parts = absl::StrSplit(path, '/');
   // parts[0] is "" (the path starts with "/").
@@ -205,8 +210,29 @@ void HttpApi::Routes() {
           absl::StrCat("the request body is larger than ", limit, " bytes (", key, "); send less"));
       return httplib::Server::HandlerResponse::Handled;
     }
+    // A follower's write goes to the leader: routed (its body read) to the forwarding route
+    // below by a path prefix no client can send; httplib passes the request it owns as const.
+    if (absl::StartsWith(req.path, kForwardPrefix)) {
+      SendError(res, 404, "no such endpoint; see api/controller.yaml");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (must_forward_ && must_forward_(req, res)) {
+      const_cast<httplib::Request&>(req).path = absl::StrCat(kForwardPrefix, req.path);
+    }
     return httplib::Server::HandlerResponse::Unhandled;
   });
+  {
+    // Set by SetFollowerGate after the routes exist; reached only through must_forward_.
+    const std::string pattern = absl::StrCat(kForwardPrefix, "/.*");
+    auto forward = [this](const httplib::Request& req, httplib::Response& res) {
+      if (forward_) forward_(req, res);
+    };
+    s.Get(pattern, forward);
+    s.Post(pattern, forward);
+    s.Put(pattern, forward);
+    s.Patch(pattern, forward);
+    s.Delete(pattern, forward);
+  }
   s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     metrics_->ObserveRequest(RoutePattern(req.path), res.status, absl::Now() - request_start);
   });

@@ -59,6 +59,15 @@ class HttpApi {
   absl::StatusOr<int> Start(const std::string& address, int port);
   void Stop();
 
+  // With several replicas (leader/forwarder.h): `must_forward` says which requests this replica
+  // hands to the leader (it may also set headers on the answer, such as X-Moat-Stale), and
+  // `forward` sends one there. Set before Start.
+  using Gate = std::function<bool(const httplib::Request&, httplib::Response&)>;
+  using Forward = std::function<void(const httplib::Request&, httplib::Response&)>;
+  void SetFollowerGate(Gate must_forward, Forward forward) {
+    must_forward_ = std::move(must_forward);
+    forward_ = std::move(forward);
+  }
   // Called when a node joins (the reconciler); set before Start.
   void SetOnJoin(std::function<void(const std::string& node)> on_join) {
     on_join_ = std::move(on_join);
@@ -84,6 +93,8 @@ class HttpApi {
   const Clock* clock_;
   std::unique_ptr<httplib::Server> server_;
   std::function<void(const std::string&)> on_join_;
+  Gate must_forward_;
+  Forward forward_;
   std::thread thread_;
   absl::Mutex nonce_mu_;
   absl::flat_hash_map<std::string, absl::Time> nonces_ ABSL_GUARDED_BY(nonce_mu_);

@@ -1,23 +1,31 @@
 // moat-controller: the fleet's one endpoint. main only wires the parts together and runs the
 // one-second tick (node states, expiry); each part lives in its own file.
+#include <httplib.h>
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "controller/agent_client.h"
 #include "controller/config.h"
 #include "controller/http_api.h"
 #include "controller/metered_store.h"
+#include "controller/leader/forwarder.h"
+#include "controller/leader/leader_elector.h"
 #include "controller/metrics.h"
 #include "controller/nodes.h"
 #include "controller/precheck/approvals.h"
 #include "controller/sandboxes.h"
 #include "controller/scheduler/scheduler.h"
+#include "controller/store/etcd_store.h"
 #include "controller/store/memory_store.h"
 #include "controller/store/sqlite_store.h"
 #include "util/log.h"
@@ -34,6 +42,23 @@ constexpr char kUsage[] =
     "  --help         this text\n"
     "The API listens on 127.0.0.1:8080 unless listen: says otherwise; state (SQLite) lives in\n"
     "/var/lib/moat-controller unless state_dir: says otherwise.\n";
+
+// "${NAME}" replaced by the environment variable NAME (empty if unset): advertise_url may name
+// the pod's IP, which only the pod knows (charts/moat sets POD_IP).
+std::string ExpandEnv(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    size_t end = text.find('}', i);
+    if (text.compare(i, 2, "${") == 0 && end != std::string::npos) {
+      const char* value = std::getenv(text.substr(i + 2, end - i - 2).c_str());
+      out += value ? value : "";
+      i = end;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
 
 int Run(int argc, char** argv) {
   sigset_t stop_signals;
@@ -81,8 +106,49 @@ int Run(int argc, char** argv) {
     LogWarning("no api_keys_file: the API takes requests without a key (tenant \"default\")");
   }
 
+  // With etcd, several replicas share the store and elect a leader; otherwise this one leads.
+  std::unique_ptr<EtcdClient> etcd;
+  std::unique_ptr<LeaderElector> elector;
   std::unique_ptr<Store> store;
-  if (config->store == StoreKind::kMemory) {
+  std::string self;  // This replica's URL for the others (etcd store).
+  if (config->store == StoreKind::kEtcd) {
+    absl::StatusOr<std::unique_ptr<EtcdClient>> client =
+        EtcdClient::Create({.endpoints = config->etcd.endpoints,
+                            .ca_file = config->etcd.ca_file,
+                            .cert_file = config->etcd.cert_file,
+                            .key_file = config->etcd.key_file});
+    if (!client.ok()) {
+      LogError(client.status().message());
+      return 1;
+    }
+    etcd = *std::move(client);
+    const LeaderElectionConfig& le = config->leader_election;
+    self = ExpandEnv(le.advertise_url);
+    if (self.empty() && config->port != 0) {
+      self = absl::StrCat(config->tls_cert_file.empty() ? "http://" : "https://",
+                          config->listen_address, ":", config->port);
+    }
+    if (self.empty()) {
+      LogError(
+          "store: etcd with listen.port 0 needs leader_election.advertise_url (the URL other "
+          "replicas forward writes to)");
+      return 1;
+    }
+    elector = std::make_unique<LeaderElector>(
+        etcd.get(), LeaderElectorOptions{.election = config->etcd.prefix + "leader",
+                                         .identity = self,
+                                         .lease_ttl = le.lease_ttl,
+                                         .renew_interval = le.renew_interval,
+                                         .renew_deadline = le.renew_deadline});
+    absl::StatusOr<std::unique_ptr<EtcdStore>> opened =
+        EtcdStore::Open(etcd.get(), {.prefix = config->etcd.prefix,
+                                     .fence = [e = elector.get()] { return e->CurrentFence(); }});
+    if (!opened.ok()) {
+      LogError(opened.status().message());
+      return 1;
+    }
+    store = *std::move(opened);
+  } else if (config->store == StoreKind::kMemory) {
     LogWarning("store: memory: nothing survives a restart");
     store = std::make_unique<MemoryStore>();
   } else {
@@ -110,7 +176,44 @@ int Run(int argc, char** argv) {
     LogError(absl::StrCat("loading the store: ", loaded.message()));
     return 1;
   }
-  sandboxes.StartPlacer();
+  // Placement, node leases and expiry run only on the leader. A follower refreshes its copy of
+  // the sandboxes from the store each tick; `refreshed` is when it last could.
+  std::atomic<bool> leading{elector == nullptr};
+  std::atomic<int64_t> refreshed_ms{absl::ToUnixMillis(absl::Now())};
+  metrics.SetLeader(leading);
+  std::unique_ptr<LeaderForwarder> forwarder;
+  std::thread placer;
+  std::atomic<bool> stopping{false};
+  if (elector) {
+    elector->SetOnChange([&](bool leader) {
+      // Whatever this replica knew of the nodes is stale either way: while another replica
+      // led, they heartbeated there. They join again within a heartbeat (and are reconciled).
+      nodes.Clear();
+      if (leader) {
+        // What the previous leader acknowledged, before this one acts on it.
+        if (absl::Status st = sandboxes.Reload(); !st.ok()) {
+          LogWarning(absl::StrCat("the new leader could not reload the store: ", st.message()));
+        }
+      }
+      leading = leader;
+      metrics.SetLeader(leader);
+    });
+    forwarder = std::make_unique<LeaderForwarder>(ForwarderOptions{
+        .self = self,
+        .leader = [e = elector.get()]() -> absl::StatusOr<std::optional<std::string>> {
+          return e->KnownLeader();
+        },
+        .timeout = config->create_timeout + absl::Seconds(30),
+        .ca_file = config->etcd.ca_file});
+    placer = std::thread([&] {
+      while (!stopping) {
+        if (leading) sandboxes.RetryPending();
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+      }
+    });
+  } else {
+    sandboxes.StartPlacer();
+  }
 
   // Tenants, the admin API and the pre-check (docs/operations.md, "Tenants").
   HttpApiOptions api_options{&*config, api_keys, *join_token};
@@ -140,6 +243,20 @@ int Run(int argc, char** argv) {
     LogError(api.status().message());
     return 1;
   }
+  if (forwarder) {
+    (*api)->SetFollowerGate(
+        [&](const httplib::Request& req, httplib::Response& res) {
+          if (leading) return false;
+          if (!FollowerServes(req.method, req.path)) return true;
+          // Reads from this replica's copy: say how old it is, and if etcd is out of reach.
+          absl::Duration age = absl::Now() - absl::FromUnixMillis(refreshed_ms);
+          res.set_header(kStaleHeader,
+                         absl::StrCat(age > absl::Seconds(3) ? "store-unreachable" : "follower",
+                                      "; age=", absl::ToInt64Milliseconds(age), "ms"));
+          return false;
+        },
+        [&](const httplib::Request& req, httplib::Response& res) { forwarder->Forward(req, res); });
+  }
   // A node that (re)joins is reconciled: level-triggered, whatever happened while it was away.
   (*api)->SetOnJoin([&sandboxes](const std::string& node) {
     std::thread([&sandboxes, node] {
@@ -156,14 +273,37 @@ int Run(int argc, char** argv) {
   // Tests read the bound port from here when they ask for port 0.
   std::printf("moat-controller listening on %s:%d\n", config->listen_address.c_str(), *port);
   std::fflush(stdout);
+  if (elector) elector->Start();
 
   const timespec tick = {0, 250'000'000};
+  absl::Time last_reload = absl::InfinitePast();
+  bool reload_failing = false;
   while (true) {
     int sig = sigtimedwait(&stop_signals, nullptr, &tick);
     if (sig == SIGTERM || sig == SIGINT) {
       LogInfo(absl::StrCat("received ", strsignal(sig), "; stopping"));
       break;
     }
+    if (!leading) {
+      // A follower: its node table is empty (agents' heartbeats go to the leader); it only
+      // keeps its copy of the sandboxes fresh for the reads it serves.
+      if (absl::Now() - last_reload >= absl::Seconds(1)) {
+        last_reload = absl::Now();
+        absl::Status reloaded = sandboxes.Reload();
+        const bool was_failing = reload_failing;
+        reload_failing = !reloaded.ok();
+        if (reloaded.ok()) {
+          refreshed_ms = absl::ToUnixMillis(absl::Now());
+        } else if (!was_failing) {
+          LogWarning(
+              absl::StrCat("follower: cannot refresh the sandboxes from etcd (reads are "
+                           "marked stale): ",
+                           reloaded.message()));
+        }
+      }
+      continue;
+    }
+    refreshed_ms = absl::ToUnixMillis(absl::Now());
     for (const std::string& lost : nodes.Tick()) {
       LogWarning(absl::StrCat("node ", lost, " lost: no heartbeat for ",
                               absl::FormatDuration(config->lost_after)));
@@ -173,7 +313,10 @@ int Run(int argc, char** argv) {
     tenant_metrics.SetUsage(sandboxes.UsageByTenant());
     tenant_metrics.SetApprovals(approvals.Counts());
   }
+  if (elector) elector->Stop();  // Resigns: another replica leads at once.
   (*api)->Stop();
+  stopping = true;
+  if (placer.joinable()) placer.join();
   sandboxes.StopPlacer();
   LogInfo("stopped");
   return 0;

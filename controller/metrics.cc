@@ -71,7 +71,12 @@ ControllerMetrics::ControllerMetrics()
       store_(BuildHistogram()
                  .Name("moat_controller_store_request_duration_seconds")
                  .Help("Calls to the durable store by op (get, list, commit).")
-                 .Register(*registry_)) {}
+                 .Register(*registry_)),
+      leader_(BuildGauge()
+                  .Name("moat_controller_leader")
+                  .Help("1 while this replica leads (runs placement, node leases, expiry).")
+                  .Register(*registry_)
+                  .Add({})) {}
 
 void ControllerMetrics::ObserveRequest(absl::string_view route, int status,
                                        absl::Duration duration) {
@@ -90,6 +95,8 @@ void ControllerMetrics::ObserveScheduling(absl::Duration duration, int attempts)
 }
 
 void ControllerMetrics::SetPending(int pending) { pending_.Set(pending); }
+
+void ControllerMetrics::SetLeader(bool leader) { leader_.Set(leader ? 1 : 0); }
 
 void ControllerMetrics::SetNodes(
     const std::map<std::pair<std::string, std::string>, int>& by_state_and_arch) {

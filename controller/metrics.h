@@ -36,6 +36,8 @@ class ControllerMetrics {
   void SetCapacity(const scheduler::Resources& allocatable, const scheduler::Resources& allocated);
   // One store call: `op` is get, list or commit.
   void ObserveStore(absl::string_view op, absl::Duration duration);
+  // moat_controller_leader: 1 while this replica leads (always, with an embedded store).
+  void SetLeader(bool leader);
 
   std::string Serialize() const;
   // For metrics kept beside these (tenant_metrics.h), served in the same /metrics.
@@ -54,6 +56,7 @@ class ControllerMetrics {
   prometheus::Family<prometheus::Gauge>& allocatable_;
   prometheus::Family<prometheus::Gauge>& allocated_;
   prometheus::Family<prometheus::Histogram>& store_;
+  prometheus::Gauge& leader_;
 };
 
 }  // namespace moat::controller

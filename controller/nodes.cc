@@ -49,6 +49,12 @@ absl::StatusOr<bool> NodeTable::Heartbeat(const std::string& name, absl::string_
   return first;
 }
 
+void NodeTable::Clear() {
+  absl::MutexLock lock(&mu_);
+  nodes_.clear();
+  snapshot_ = nullptr;
+}
+
 std::vector<std::string> NodeTable::Tick() {
   std::vector<std::string> lost;
   absl::MutexLock lock(&mu_);

@@ -84,6 +84,9 @@ class NodeTable {
                                  NodeReport report);
   // Applies the clock: Ready -> NotReady -> Lost. Returns the nodes that became Lost just now.
   std::vector<std::string> Tick();
+  // Forgets every node: their heartbeats get NotFound and they join again. For a replica whose
+  // table went stale while another led (its nodes would all look silent, hence lost).
+  void Clear();
 
   absl::Status SetCordoned(const std::string& name, bool cordoned);
   absl::Status SetDraining(const std::string& name);  // Cordons too.

@@ -50,6 +50,21 @@ TEST_F(NodeTableTest, ThreeMissedHeartbeatsMakeNotReadyAndTheGraceMakesLost) {
   EXPECT_EQ(table_.Get("n1")->state, NodeState::kReady);
 }
 
+// A replica that leads again after another led: its table is stale. Cleared, its nodes are
+// not reported lost (which would fail their sandboxes with NODE_LOST): they join again.
+TEST_F(NodeTableTest, ClearedNodesAreNotLostButJoinAgain) {
+  auto session = table_.Join("n1", Report());
+  ASSERT_TRUE(session.ok());
+  clock_.Advance(absl::Minutes(5));  // Heartbeating to another replica meanwhile.
+  table_.Clear();
+  EXPECT_TRUE(table_.Tick().empty());
+  EXPECT_FALSE(table_.Get("n1").has_value());
+  EXPECT_TRUE(table_.Snapshot()->nodes.empty());
+  EXPECT_TRUE(absl::IsNotFound(table_.Heartbeat("n1", *session, Report()).status()));
+  ASSERT_TRUE(table_.Join("n1", Report()).ok());
+  EXPECT_EQ(table_.Get("n1")->state, NodeState::kReady);
+}
+
 TEST_F(NodeTableTest, HeartbeatsNeedTheSessionOfTheLastJoin) {
   auto first = table_.Join("n1", Report());
   auto second = table_.Join("n1", Report());

@@ -125,6 +125,21 @@ absl::Status SandboxManager::Load() {
   return absl::OkStatus();
 }
 
+absl::Status SandboxManager::Reload() {
+  ASSIGN_OR_RETURN(std::vector<KeyValue> records, store_->List(kPrefix));
+  std::map<std::string, Sandbox> fresh;
+  for (const KeyValue& kv : records) {
+    ASSIGN_OR_RETURN(Sandbox s, DecodeSandbox(kv.value));
+    fresh[s.id] = std::move(s);
+  }
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, s] : sandboxes_) {
+    if (s.state == "Pending" && !fresh.contains(id)) fresh[id] = std::move(s);
+  }
+  sandboxes_ = std::move(fresh);
+  return absl::OkStatus();
+}
+
 absl::Status SandboxManager::Persist(const Sandbox& s) {
   if (s.ephemeral) return absl::OkStatus();
   return store_->Commit(WriteBatch().Put(absl::StrCat(kPrefix, s.id), EncodeSandbox(s))).status();

@@ -98,6 +98,10 @@ class SandboxManager {
 
   // Loads what the store holds (at start, before serving).
   absl::Status Load();
+  // Replaces the stored sandboxes by what the store holds now (a follower's refresh, a new
+  // leader's first step), keeping Pending ones no store has yet. Fails, changing nothing, if
+  // the store cannot be read.
+  absl::Status Reload();
 
   // Places `spec` (its id, tenant, profile, resources, ... filled by the caller) and returns it
   // Running. If no node fits within create_timeout, it is returned Pending with the reason

@@ -11,6 +11,7 @@ pkgs=(build-essential cmake ninja-build pkg-config
       libcpp-httplib-dev libyaml-cpp-dev prometheus-cpp-dev libseccomp-dev libabsl-dev
       libgtest-dev libgmock-dev nlohmann-json3-dev libssl-dev libsqlite3-dev
       python3 procps iproute2 util-linux curl openssl git
+      etcd-server etcd-client  # the etcd store engine (several controller replicas) and its tests
       clang)  # scripts/clang-check.sh: the thread-safety analysis GCC does not do
 for arg in "$@"; do
   case "$arg" in

@@ -128,6 +128,7 @@ absl::StatusOr<std::unique_ptr<Fleet>> Fleet::Create() {
 Fleet::~Fleet() {
   agents_.clear();  // Agents first: they destroy their sandboxes.
   controller_.reset();
+  replicas_.clear();
   std::error_code ignored;
   std::filesystem::remove_all(dir_, ignored);
 }
@@ -166,6 +167,61 @@ absl::Status Fleet::StartController() {
     return absl::UnavailableError("the controller did not answer /health: " + controller_->Log());
   }
   return absl::OkStatus();
+}
+
+absl::Status Fleet::StartReplica(int i, const std::vector<std::string>& etcd_endpoints) {
+  if (!replica_ports_.contains(i)) replica_ports_[i] = FreePort();
+  if (controller_port_ == 0) controller_port_ = replica_ports_[i];
+  const int port = replica_ports_[i];
+  std::string endpoints;
+  for (const std::string& e : etcd_endpoints) {
+    absl::StrAppend(&endpoints, endpoints.empty() ? "" : ", ", e);
+  }
+  std::string config = absl::StrCat(dir_, "/controller-", i, ".yaml");
+  WriteFile(config,
+            absl::StrCat("listen: {address: 127.0.0.1, port: ", port, "}\n", "state_dir: ", dir_,
+                         "/controller-state-", i, "\n", "api_keys_file: ", keys_file_, "\n",
+                         "join_token_file: ", join_token_file_, "\n",
+                         "store: {kind: etcd, endpoints: [", endpoints, "]}\n",
+                         "leader_election: {lease_ttl: 6s, renew_deadline: 4s, "
+                         "renew_interval: 1s}\n",
+                         "images: [{image: \"*\", profile: default}]\n",
+                         "nodes: {heartbeat_interval: 1s, misses: 3, lost_after: 6s}\n",
+                         "api: {create_timeout: 5s}\n"),
+            0600);
+  auto d = std::make_unique<Daemon>();
+  d->port_ = port;
+  if (absl::Status st =
+          d->Spawn(Env("MOAT_CONTROLLER_BIN", MOAT_E2E_CONTROLLER_BIN), {"--config", config},
+                   absl::StrCat(dir_, "/controller-", i, ".log"));
+      !st.ok()) {
+    return st;
+  }
+  replicas_[i] = std::move(d);
+  httplib::Client client("127.0.0.1", port);
+  if (!WaitFor(
+          [&] {
+            auto r = client.Get("/health");
+            return r && r->status == 200;
+          },
+          absl::Seconds(10))) {
+    return absl::UnavailableError("replica did not answer /health: " + replicas_[i]->Log());
+  }
+  return absl::OkStatus();
+}
+
+std::pair<int, nlohmann::json> Fleet::CallReplica(int i, const std::string& method,
+                                                  const std::string& path, const std::string& body,
+                                                  std::map<std::string, std::string>* headers) {
+  httplib::Client client("127.0.0.1", replica_ports_.at(i));
+  client.set_read_timeout(60, 0);
+  httplib::Headers h = {{"OPEN-SANDBOX-API-KEY", api_key_}};
+  if (headers == nullptr) return Send(client, method, path, body, h);
+  httplib::Result r = method == "GET" ? client.Get(path.c_str(), h)
+                                      : client.Post(path.c_str(), h, body, "application/json");
+  if (!r) return {0, nullptr};
+  for (const auto& [k, v] : r->headers) (*headers)[k] = v;
+  return {r->status, nlohmann::json::parse(r->body, nullptr, false)};
 }
 
 absl::Status Fleet::StartAgent(const AgentOptions& o) {

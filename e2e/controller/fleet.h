@@ -52,6 +52,16 @@ class Fleet {
   absl::Status StartAgent(const AgentOptions& options);
 
   Daemon& controller() { return *controller_; }
+
+  // Several replicas on an etcd store (issue 13): replica i gets its own port and state
+  // directory and fast leader-election timings (lease 6 s); Call and new agents talk to the
+  // replica chosen by Target (the first by default).
+  absl::Status StartReplica(int i, const std::vector<std::string>& etcd_endpoints);
+  Daemon& replica(int i) { return *replicas_.at(i); }
+  void Target(int i) { controller_port_ = replica_ports_.at(i); }
+  std::pair<int, nlohmann::json> CallReplica(int i, const std::string& method,
+                                             const std::string& path, const std::string& body = "",
+                                             std::map<std::string, std::string>* headers = nullptr);
   Daemon& agent(const std::string& name) { return *agents_.at(name); }
   const std::string& api_key() const { return api_key_; }
   const std::string& dir() const { return dir_; }
@@ -81,6 +91,8 @@ class Fleet {
   std::unique_ptr<Daemon> controller_;
   int controller_port_ = 0;
   std::map<std::string, std::unique_ptr<Daemon>> agents_;
+  std::map<int, std::unique_ptr<Daemon>> replicas_;
+  std::map<int, int> replica_ports_;
   std::map<std::string, std::string> agent_tokens_;
 };
 

@@ -1,0 +1,57 @@
+// What a follower replica does with a request: serve it (reads of sandboxes, from its copy of
+// the store, marked as possibly stale) or hand it to the leader, which alone places, reserves
+// capacity and holds the node table (heartbeats, joins, cordon, the proxy to agents).
+//
+//   client ──▶ follower ──(GET /sandboxes...)──▶ its table, refreshed from etcd each second
+//                 └──(anything else)──▶ leader (its advertise_url, from etcd's election)
+//
+// The leader's answer is returned as it is (buffered: a server-sent-events stream through a
+// follower arrives whole at its end; clients that stream should reach the leader or the
+// sandbox's endpoint). No leader (an election under way, etcd without quorum): 503 with a
+// message that says so. A request already forwarded once is never forwarded again (503), so
+// two replicas that each believe the other leads cannot bounce a request between them.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace httplib {
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace moat::controller {
+
+// The header a follower marks its reads with ("follower: ...") and the header a forwarded
+// request carries.
+inline constexpr char kStaleHeader[] = "X-Moat-Stale";
+inline constexpr char kForwardedHeader[] = "X-Moat-Forwarded-By";
+
+// True for requests a follower answers itself: GET or HEAD of /health, /metrics and the
+// sandboxes (get, list, endpoints), not of the proxy to a sandbox or the nodes.
+bool FollowerServes(absl::string_view method, absl::string_view path);
+
+struct ForwarderOptions {
+  std::string self;  // This replica's advertise URL.
+  // The leader's URL as etcd's election says (nullopt: none); Unavailable without etcd.
+  std::function<absl::StatusOr<std::optional<std::string>>()> leader;
+  absl::Duration timeout = absl::Seconds(90);  // A create may wait for a node (create_timeout).
+  std::string ca_file;  // To verify an https leader; empty: the system's CAs.
+};
+
+class LeaderForwarder {
+ public:
+  explicit LeaderForwarder(ForwarderOptions options) : options_(std::move(options)) {}
+  // Sends `req` to the leader and copies its answer into `res`, or a 503 that says why not.
+  void Forward(const httplib::Request& req, httplib::Response& res) const;
+
+ private:
+  const ForwarderOptions options_;
+};
+
+}  // namespace moat::controller

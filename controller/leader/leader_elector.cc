@@ -1,0 +1,178 @@
+#include "controller/leader/leader_elector.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "util/log.h"
+
+namespace moat::controller {
+
+LeaderElector::LeaderElector(const EtcdClient* client, LeaderElectorOptions options)
+    : client_(client), options_(std::move(options)) {}
+
+LeaderElector::~LeaderElector() { Stop(); }
+
+void LeaderElector::Start() {
+  renewer_ = std::thread([this] { RenewLoop(); });
+}
+
+void LeaderElector::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  client_->CancelCampaigns();
+  if (renewer_.joinable()) renewer_.join();
+  std::vector<std::thread> campaigns;
+  {
+    absl::MutexLock lock(&mu_);
+    campaigns.swap(campaigns_);
+  }
+  for (std::thread& t : campaigns) t.join();
+}
+
+bool LeaderElector::IsLeader() const {
+  absl::MutexLock lock(&mu_);
+  return leading_.has_value();
+}
+
+std::optional<Fence> LeaderElector::CurrentFence() const {
+  absl::MutexLock lock(&mu_);
+  if (!leading_) return std::nullopt;
+  return Fence{leading_->key, leading_->revision};
+}
+
+absl::StatusOr<std::optional<std::string>> LeaderElector::Leader() const {
+  return client_->Leader(options_.election);
+}
+
+std::optional<std::string> LeaderElector::KnownLeader() const {
+  absl::MutexLock lock(&mu_);
+  return known_leader_;
+}
+
+int64_t LeaderElector::terms() const {
+  absl::MutexLock lock(&mu_);
+  return terms_;
+}
+
+int64_t LeaderElector::lease() const {
+  absl::MutexLock lock(&mu_);
+  return lease_;
+}
+
+void LeaderElector::SetLeader(std::optional<LeaderKey> key) {
+  bool was;
+  {
+    absl::MutexLock lock(&mu_);
+    was = leading_.has_value();
+    leading_ = key;
+    if (key && !was) ++terms_;
+  }
+  if (was == key.has_value()) return;
+  LogInfo(key ? absl::StrCat("leading the controllers (etcd key ", key->key, ", revision ",
+                             key->revision, ")")
+              : std::string("no longer leading the controllers"));
+  if (on_change_) on_change_(key.has_value());
+}
+
+void LeaderElector::CampaignLoop(int64_t lease) {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_ || lease_ != lease) return;
+    }
+    // etcd's campaign blocks until elected; a timeout only re-asks.
+    absl::StatusOr<LeaderKey> won =
+        client_->Campaign(options_.election, lease, options_.identity, options_.lease_ttl);
+    absl::MutexLock lock(&mu_);
+    if (won.ok()) {
+      if (lease_ == lease) won_ = *won;
+      return;
+    }
+    if (absl::IsCancelled(won.status())) return;
+    auto stop_or_lease_changed = [this, lease]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || lease_ != lease;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&stop_or_lease_changed), absl::Milliseconds(200));
+  }
+}
+
+void LeaderElector::RenewLoop() {
+  absl::Time last_renew = absl::Now();
+  while (true) {
+    int64_t lease;
+    std::optional<LeaderKey> won;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) break;
+      lease = lease_;
+    }
+    if (lease == 0) {
+      absl::StatusOr<int64_t> granted = client_->LeaseGrant(options_.lease_ttl);
+      absl::MutexLock lock(&mu_);
+      if (granted.ok()) {
+        lease_ = lease = *granted;
+        last_renew = absl::Now();
+        campaigns_.emplace_back([this, l = *granted] { CampaignLoop(l); });
+      } else {
+        LogWarning(absl::StrCat("leader election: no etcd lease: ", granted.status().message()));
+        mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.renew_interval);
+        continue;
+      }
+    }
+    {
+      // Wake at once for a campaign's win, else once per renew_interval.
+      absl::MutexLock lock(&mu_);
+      auto woken = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || won_.has_value(); };
+      mu_.AwaitWithTimeout(absl::Condition(&woken), options_.renew_interval);
+      if (stopping_) break;
+      won.swap(won_);
+    }
+    if (absl::StatusOr<std::optional<std::string>> leader = Leader(); leader.ok()) {
+      absl::MutexLock lock(&mu_);
+      known_leader_ = *leader;
+    }
+    absl::StatusOr<absl::Duration> renewed = client_->LeaseKeepAlive(lease);
+    if (renewed.ok()) {
+      last_renew = absl::Now();
+      // A campaign can return after its lease expired (etcd does not re-check the key then):
+      // only a lease that is still alive makes a leader.
+      if (won && won->lease == lease) SetLeader(won);
+      continue;
+    }
+    if (absl::IsNotFound(renewed.status())) {
+      LogWarning(absl::StrCat("leader election: etcd lease ", lease, " expired"));
+      SetLeader(std::nullopt);
+      absl::MutexLock lock(&mu_);
+      lease_ = 0;  // A new lease and a new campaign.
+      continue;
+    }
+    if (IsLeader() && absl::Now() - last_renew > options_.renew_deadline) {
+      LogWarning(absl::StrCat("leader election: the lease was not renewed for ",
+                              absl::FormatDuration(options_.renew_deadline),
+                              "; stepping down: ", renewed.status().message()));
+      SetLeader(std::nullopt);
+      // The lease may still be alive: campaign again with it (it keeps its place).
+      absl::MutexLock lock(&mu_);
+      campaigns_.emplace_back([this, lease] { CampaignLoop(lease); });
+    }
+  }
+  std::optional<LeaderKey> leading;
+  int64_t lease;
+  {
+    absl::MutexLock lock(&mu_);
+    leading = leading_;
+    lease = lease_;
+  }
+  if (leading) {
+    if (absl::Status st = client_->Resign(*leading); !st.ok()) {
+      LogWarning(absl::StrCat("leader election: resigning: ", st.message()));
+    }
+    SetLeader(std::nullopt);
+  }
+  if (lease != 0) (void)client_->LeaseRevoke(lease);
+}
+
+}  // namespace moat::controller

@@ -1,0 +1,91 @@
+// Leader election among controller replicas, through etcd: each replica holds an etcd lease
+// and campaigns with it (etcd's election API: the candidate whose key under the election's
+// name is oldest leads). etcd decides; nothing here is consensus of its own.
+//
+//   Follower ──(campaign won, lease alive)──▶ Leader
+//      ▲                                        │
+//      └──(lease expired, not renewed within renew_deadline, or Stop)
+//
+// Timing like Kubernetes' leader election (15 s lease, 10 s renew deadline, 2 s retry): the
+// lease is renewed every renew_interval; a leader that has not renewed it for renew_deadline
+// steps down on its own, before etcd can have given the lease (and the leadership) to another
+// replica at lease_ttl. Writes are fenced anyway (EtcdStore's Fence): a leader that has not yet
+// noticed it was deposed cannot write.
+//
+// Threads: one renews the lease and applies state changes (on_change runs there), one
+// campaigns (etcd's campaign call blocks until elected).
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "controller/store/etcd_client.h"
+#include "controller/store/etcd_store.h"
+
+namespace moat::controller {
+
+struct LeaderElectorOptions {
+  std::string election = "moat/controller/leader";  // The etcd key prefix of the election.
+  std::string identity;  // This replica's value: the URL followers forward writes to.
+  absl::Duration lease_ttl = absl::Seconds(15);
+  absl::Duration renew_interval = absl::Seconds(2);
+  absl::Duration renew_deadline = absl::Seconds(10);
+};
+
+class LeaderElector {
+ public:
+  // `client` must outlive the elector; Stop cancels every campaign on it, so it is this
+  // elector's alone.
+  LeaderElector(const EtcdClient* client, LeaderElectorOptions options);
+  ~LeaderElector();  // Stop().
+
+  // Called with true when this replica becomes the leader and false when it stops being it,
+  // from the elector's thread, never twice in a row with the same value. Set before Start.
+  void SetOnChange(std::function<void(bool leader)> on_change) {
+    on_change_ = std::move(on_change);
+  }
+  void Start();
+  // Resigns if leading (another replica leads at once, not after the lease TTL), revokes the
+  // lease and stops the threads.
+  void Stop();
+
+  bool IsLeader() const;
+  // The fence for the store's writes while leading; nullopt otherwise.
+  std::optional<Fence> CurrentFence() const;
+  // The identity of the replica etcd says leads now (nullopt: none); Unavailable without etcd.
+  absl::StatusOr<std::optional<std::string>> Leader() const;
+  // The leader's identity as last read from etcd (once per renew_interval, off the request
+  // path, so forwarding never waits for etcd); the last answer is kept while etcd does not
+  // answer. Forwarding to a replica that no longer leads is safe: it refuses (503).
+  std::optional<std::string> KnownLeader() const;
+  // Times this replica became the leader.
+  int64_t terms() const;
+  // The lease this replica campaigns with (0: none); tests revoke it to depose the leader.
+  int64_t lease() const;
+
+ private:
+  void RenewLoop();
+  void CampaignLoop(int64_t lease);
+  void SetLeader(std::optional<LeaderKey> key) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const EtcdClient* client_;
+  const LeaderElectorOptions options_;
+  std::function<void(bool)> on_change_;
+  std::thread renewer_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t lease_ ABSL_GUARDED_BY(mu_) = 0;                 // 0: none yet (or it expired).
+  std::optional<LeaderKey> won_ ABSL_GUARDED_BY(mu_);      // A campaign's result, not yet applied.
+  std::optional<LeaderKey> leading_ ABSL_GUARDED_BY(mu_);  // Set while the leader.
+  int64_t terms_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<std::string> known_leader_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> campaigns_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace moat::controller

@@ -1,0 +1,152 @@
+// Leader election against a real etcd on 127.0.0.1 (started by the test): one leader of two
+// candidates, hand-over on resign, a deposed leader whose writes fail, and take-over after the
+// leader's process is killed with SIGKILL (within the lease TTL).
+#include "controller/leader/leader_elector.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "controller/testing/etcd_cluster.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moat::controller {
+namespace {
+
+using ::testing::HasSubstr;
+
+LeaderElectorOptions Fast(std::string identity) {
+  return {.identity = std::move(identity),
+          .lease_ttl = absl::Seconds(3),
+          .renew_interval = absl::Milliseconds(300),
+          .renew_deadline = absl::Seconds(2)};
+}
+
+// Polls `done` for up to `limit`; true if it became true.
+template <typename F>
+bool Eventually(F done, absl::Duration limit = absl::Seconds(10)) {
+  absl::Time deadline = absl::Now() + limit;
+  while (absl::Now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return done();
+}
+
+class LeaderElectorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!testing::EtcdInstalled()) GTEST_SKIP() << "etcd not installed (scripts/install-deps.sh)";
+    ASSERT_TRUE(cluster_.Start().ok()) << "etcd did not start: logs in " << cluster_.dir();
+  }
+  std::unique_ptr<EtcdClient> NewClient() {
+    auto c = EtcdClient::Create({.endpoints = cluster_.Endpoints()});
+    EXPECT_TRUE(c.ok()) << c.status();
+    return *std::move(c);
+  }
+  testing::EtcdCluster cluster_{1};
+};
+
+TEST_F(LeaderElectorTest, OneOfTwoLeadsAndTheOtherTakesOverOnResign) {
+  auto ca = NewClient(), cb = NewClient();
+  LeaderElector a(ca.get(), Fast("http://a")), b(cb.get(), Fast("http://b"));
+  std::atomic<int> a_changes{0};
+  a.SetOnChange([&](bool) { ++a_changes; });
+  a.Start();
+  ASSERT_TRUE(Eventually([&] { return a.IsLeader(); }));
+  b.Start();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_FALSE(b.IsLeader()) << "two leaders at once";
+  EXPECT_FALSE(b.CurrentFence().has_value());
+  EXPECT_EQ(*a.Leader(), std::optional<std::string>("http://a"));
+  EXPECT_EQ(*b.Leader(), std::optional<std::string>("http://a"));
+
+  absl::Time stopped = absl::Now();
+  a.Stop();  // Resigns: b leads at once, not after the lease TTL.
+  EXPECT_FALSE(a.IsLeader());
+  EXPECT_EQ(a_changes.load(), 2);
+  ASSERT_TRUE(Eventually([&] { return b.IsLeader(); }, absl::Seconds(2)));
+  EXPECT_LT(absl::Now() - stopped, absl::Seconds(3)) << "b waited for the lease to expire";
+  EXPECT_EQ(*b.Leader(), std::optional<std::string>("http://b"));
+}
+
+// The leader's lease is revoked behind its back (as when etcd expires it while the leader is
+// partitioned or paused): the other candidate leads, the old leader's write (with the fence it
+// still holds) fails, and the old leader notices and steps down within a renewal.
+TEST_F(LeaderElectorTest, ADeposedLeaderCannotWriteAndStepsDown) {
+  auto ca = NewClient(), cb = NewClient(), admin = NewClient();
+  LeaderElector a(ca.get(), Fast("http://a")), b(cb.get(), Fast("http://b"));
+  a.Start();
+  ASSERT_TRUE(Eventually([&] { return a.IsLeader(); }));
+  b.Start();
+  std::optional<Fence> a_fence = a.CurrentFence();
+  ASSERT_TRUE(a_fence.has_value());
+  // The store a sees, fenced with what a believes (captured before it can notice).
+  auto a_store = EtcdStore::Open(ca.get(), {.fence = [&] { return a_fence; }});
+  ASSERT_TRUE(a_store.ok());
+  ASSERT_TRUE((*a_store)->Commit(WriteBatch().Put("sandboxes/1", "by a")).ok());
+
+  ASSERT_TRUE(admin->LeaseRevoke(a.lease()).ok());
+  ASSERT_TRUE(Eventually([&] { return b.IsLeader(); }, absl::Seconds(3)));
+  auto deposed = (*a_store)->Commit(WriteBatch().Put("sandboxes/2", "by a"));
+  EXPECT_EQ(deposed.status().code(), absl::StatusCode::kUnavailable) << deposed.status();
+  EXPECT_THAT(std::string(deposed.status().message()), HasSubstr("deposed"));
+  ASSERT_TRUE(Eventually([&] { return !a.IsLeader(); }, absl::Seconds(2)));
+
+  auto b_store = EtcdStore::Open(cb.get(), {.fence = [&] { return b.CurrentFence(); }});
+  ASSERT_TRUE(b_store.ok());
+  EXPECT_TRUE((*b_store)->Commit(WriteBatch().Put("sandboxes/2", "by b")).ok());
+  auto plain = EtcdStore::Open(admin.get());
+  EXPECT_EQ((*(*plain)->Get("sandboxes/2"))->value, "by b");
+  // a campaigns again with a new lease and waits behind b.
+  ASSERT_TRUE(Eventually([&] { return a.lease() != 0; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_FALSE(a.IsLeader());
+  EXPECT_TRUE(b.IsLeader());
+}
+
+// The leader's process is killed with SIGKILL (no resign): the other leads once etcd expires
+// the dead leader's lease, within the lease TTL plus a renewal.
+TEST_F(LeaderElectorTest, AKilledLeaderIsReplacedWithinTheLeaseTtl) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(ready[0]);
+    auto c = EtcdClient::Create({.endpoints = cluster_.Endpoints()});
+    if (!c.ok()) _exit(1);
+    LeaderElector a(c->get(), Fast("http://a"));
+    a.Start();
+    if (!Eventually([&] { return a.IsLeader(); })) _exit(2);
+    char byte = 1;
+    if (write(ready[1], &byte, 1) != 1) _exit(3);
+    pause();
+    _exit(0);
+  }
+  close(ready[1]);
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1) << "the child never led";
+  auto cb = NewClient();
+  LeaderElector b(cb.get(), Fast("http://b"));
+  b.Start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_FALSE(b.IsLeader());
+  absl::Time killed = absl::Now();
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  ASSERT_TRUE(Eventually([&] { return b.IsLeader(); }, absl::Seconds(10)));
+  absl::Duration took = absl::Now() - killed;
+  std::printf("took over %s after the leader's SIGKILL (lease TTL 3s)\n",
+              absl::FormatDuration(took).c_str());
+  EXPECT_LT(took, absl::Seconds(3) + absl::Seconds(2));
+  EXPECT_EQ(*b.Leader(), std::optional<std::string>("http://b"));
+}
+
+}  // namespace
+}  // namespace moat::controller
