@@ -654,7 +654,7 @@ Throughput MoatThroughput(const Agent& agent, const std::vector<Agent::Sandbox>&
   return result;
 }
 
-// The agent's sandbox cgroups in the memory hierarchy: <mount>/moat/<agent pid>-*.
+// The agent's sandbox cgroups in the memory hierarchy: <mount>/moat/<agent pid>-* and keep-sb-*.
 std::vector<std::string> SandboxCgroups(const MemoryCgroupMount& mount, pid_t agent_pid) {
   std::vector<std::string> out;
   const std::string dir = mount.path + "/moat";
@@ -662,7 +662,10 @@ std::vector<std::string> SandboxCgroups(const MemoryCgroupMount& mount, pid_t ag
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return out;
   while (dirent* e = ::readdir(d)) {
-    if (absl::StartsWith(e->d_name, prefix)) out.push_back(absl::StrCat(dir, "/", e->d_name));
+    // With a restart grace (the default) the agent names them after no pid: keep-sb-*.
+    if (absl::StartsWith(e->d_name, prefix) || absl::StartsWith(e->d_name, "keep-sb-")) {
+      out.push_back(absl::StrCat(dir, "/", e->d_name));
+    }
   }
   ::closedir(d);
   std::sort(out.begin(), out.end());

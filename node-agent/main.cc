@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +21,7 @@
 #include "node-agent/pool/registry.h"
 #include "node-agent/probe/probe_launcher.h"
 #include "node-agent/probe/probe_monitor.h"
+#include "node-agent/pool/sandbox_store.h"
 #include "node-agent/service.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -190,6 +192,8 @@ int Run(int argc, char** argv) {
       return probes.Start(id, box, limits);
     };
     options.on_destroy = [&probes](const std::string& id) { probes.Stop(id); };
+    options.restart_grace = config->restart_grace;
+    options.probe_pid = [&probes](const std::string& id) { return probes.ProbePid(id); };
     options.on_egress = [&](const std::string& id, bool allowed, const std::string& detail) {
       with_service([&](SandboxService& s) { s.ReportEgress(id, allowed, detail); });
     };
@@ -211,6 +215,25 @@ int Run(int argc, char** argv) {
   AgentMetrics metrics(profiles);
   SandboxService service(&*config, backend.get(), &registry, &metrics, &clock);
   service_for_probes = &service;
+  // Sandboxes outlive the agent only with the kernel backend and a restart grace.
+  const bool keep_sandboxes = !fake_backend && config->restart_grace > absl::ZeroDuration();
+  std::optional<SandboxStore> store;
+  if (!fake_backend) {
+    absl::StatusOr<SandboxStore> opened =
+        SandboxStore::Open(absl::StrCat(config->state_dir, "/entries"));
+    if (!opened.ok()) {
+      LogError(opened.status().message());
+      return 1;
+    }
+    store = *std::move(opened);
+    if (keep_sandboxes) {
+      service.SetStore(&*store);
+    } else {
+      for (const std::string& id : store->Ids()) store->Remove(id);  // nothing is re-adopted
+    }
+  }
+  // Before the leftovers are cleaned: what the previous agent left running is taken over.
+  std::vector<AdoptedSandboxInfo> adopted = service.Readopt();
   if (absl::StatusOr<CleanupReport> left = service.CleanLeftovers(); !left.ok()) {
     LogError(absl::StrCat("cleaning what a previous agent left failed: ", left.status().message()));
     return 1;
@@ -220,6 +243,7 @@ int Run(int argc, char** argv) {
   // Before the server, which calls it: it must outlive the server.
   ExecdApi execd(backend.get(), &registry, &metrics, &clock, ExecdOptions{});
   service.SetOnRecycled([&execd](const std::string& id) { execd.ForgetSandbox(id); });
+  execd.Readopt(adopted);
   HttpApiOptions api_options{*token, config->max_request_bytes, config->tls};
   api_options.execd = &execd;
   absl::StatusOr<std::unique_ptr<HttpApi>> api = HttpApi::Create(&service, api_options);
@@ -264,6 +288,16 @@ int Run(int argc, char** argv) {
   // a stop or restart ends every sandbox of the node; the controller reschedules.
   service.StopPool();
   service.WaitRecycled(absl::Seconds(30));
+  if (keep_sandboxes) {
+    // The sandboxes go on; the next agent re-adopts them within the grace (docs/agent.md).
+    probes.ReleaseAll();
+    backend->Release();
+    LogInfo(absl::StrCat("left the sandboxes running for the next agent (restart_grace ",
+                         absl::FormatDuration(config->restart_grace), ")"));
+  } else if (store.has_value()) {
+    // Nothing outlives this agent: no record may make the next one look for it.
+    for (const SandboxRecord& r : registry.List()) store->Remove(r.id);
+  }
   // The backend outlives the service (declared before it) and ends the remaining sandboxes when
   // it goes; their probes' last reports must not reach a service that is gone.
   service_for_probes = nullptr;

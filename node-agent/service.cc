@@ -102,6 +102,7 @@ absl::StatusOr<SandboxRecord> SandboxService::Create(const CreateRequest& reques
   }
   metrics_->ObserveStart(created->path, clock_->Now() - start);
   RETURN_IF_ERROR(registry_->SetState(spec.id, SandboxState::kReady));
+  Save(spec.id);
   LogInfo(absl::StrCat("created sandbox ", spec.id, " (profile ", profile->name, ", cold)"));
   return registry_->Get(spec.id);
 }
@@ -130,6 +131,7 @@ std::optional<absl::StatusOr<SandboxRecord>> SandboxService::TakeWarm(const Crea
     return std::nullopt;
   }
   metrics_->ObserveStart(StartPath::kWarm, clock_->Now() - start);
+  Save(*id);
   LogInfo(absl::StrCat("created sandbox ", *id, " (profile ", profile.name, ", warm)"));
   return registry_->Get(*id);
 }
@@ -163,6 +165,7 @@ absl::StatusOr<CleanupReport> SandboxService::Recycle(const std::string& id) {
     return report;
   }
   registry_->Remove(id).IgnoreError();
+  if (store_ != nullptr) store_->Remove(id);
   LogInfo(absl::StrCat("recycled sandbox ", id, ": ", report->ToString()));
   if (on_recycled_) on_recycled_(id);
   return report;
@@ -246,7 +249,63 @@ absl::StatusOr<absl::Time> SandboxService::Renew(absl::string_view id, absl::Tim
         absl::StrCat("the new expiry is more than ", absl::FormatDuration(config_->max_ttl),
                      " away (api.max_ttl); ask for less and renew again later"));
   }
-  return registry_->Renew(id, expires_at);
+  ASSIGN_OR_RETURN(absl::Time renewed, registry_->Renew(id, expires_at));
+  Save(id);
+  return renewed;
+}
+
+void SandboxService::Save(absl::string_view id) {
+  if (store_ == nullptr) return;
+  absl::StatusOr<SandboxRecord> record = registry_->Get(id);
+  if (!record.ok()) return;
+  // Not fatal: the sandbox works; it just would not outlive this agent.
+  if (absl::Status saved = store_->Save(*record); !saved.ok()) {
+    LogWarning(absl::StrCat("sandbox ", id, " will not outlive this agent: ", saved.message()));
+  }
+}
+
+std::vector<AdoptedSandboxInfo> SandboxService::Readopt() {
+  std::vector<AdoptedSandboxInfo> served;
+  absl::StatusOr<std::vector<AdoptedSandboxInfo>> adopted = backend_->Adopt();
+  if (!adopted.ok()) {
+    LogError(absl::StrCat("re-adopting the sandboxes of the previous agent failed: ",
+                          adopted.status().message()));
+    return served;
+  }
+  for (AdoptedSandboxInfo& info : *adopted) {
+    absl::StatusOr<SandboxRecord> record =
+        store_ != nullptr ? store_->Load(info.id) : absl::NotFoundError("no store");
+    std::string why;
+    if (!record.ok()) {
+      why = std::string(record.status().message());  // a warm one nobody took, or a record lost
+    } else if (record->expires_at <= clock_->Now()) {
+      why = "it expired while no agent ran";
+    } else if (config_->FindProfile(record->profile) == nullptr) {
+      why = absl::StrCat("its profile \"", record->profile, "\" is no longer configured");
+    } else if (absl::Status restored = registry_->Restore(*record); !restored.ok()) {
+      why = std::string(restored.message());
+    }
+    if (!why.empty()) {
+      absl::StatusOr<CleanupReport> report = backend_->Destroy(info.id);
+      if (store_ != nullptr) store_->Remove(info.id);
+      LogInfo(absl::StrCat("sandbox ", info.id, " of the previous agent ended (", why,
+                           "): ", report.ok() ? report->ToString() : report.status().ToString()));
+      continue;
+    }
+    LogInfo(absl::StrCat("sandbox ", info.id, " is served again (", info.commands.size(),
+                         " command(s) carried over)"));
+    served.push_back(std::move(info));
+  }
+  // Records of sandboxes that were not taken over (their init ended): nothing to serve.
+  if (store_ != nullptr) {
+    for (const std::string& id : store_->Ids()) {
+      if (std::none_of(served.begin(), served.end(),
+                       [&](const AdoptedSandboxInfo& s) { return s.id == id; })) {
+        store_->Remove(id);
+      }
+    }
+  }
+  return served;
 }
 
 int SandboxService::DeleteExpired() {

@@ -20,6 +20,7 @@
 #include "node-agent/pool/recycle_queue.h"
 #include "node-agent/pool/registry.h"
 #include "node-agent/pool/warm_pool.h"
+#include "node-agent/pool/sandbox_store.h"
 
 namespace moat::agent {
 
@@ -64,6 +65,13 @@ class SandboxService {
   bool WaitRecycled(absl::Duration timeout) const { return recycle_queue_.WaitEmpty(timeout); }
   // At start: what a crashed agent left behind, cleaned.
   absl::StatusOr<CleanupReport> CleanLeftovers();
+  // Keeps each handed-out sandbox's record in `store` (sandbox_store.h), for Readopt. Before
+  // anything is created; without it nothing outlives the agent.
+  void SetStore(const SandboxStore* store) { store_ = store; }
+  // At start, before CleanLeftovers: the sandboxes the backend re-adopted that have a record
+  // and time left are served again (registry, tokens); the others are destroyed. Returns the
+  // ones served, with their commands, for the execd layer (ExecdApi::Readopt).
+  std::vector<AdoptedSandboxInfo> Readopt();
   // The warm pool: started after CleanLeftovers (so its sandboxes are not taken for leftovers),
   // stopped before the backend goes away; StopPool destroys the warm sandboxes it holds.
   void StartPool() { pool_.Start(); }
@@ -112,6 +120,8 @@ class SandboxService {
   const Clock* clock_;
   EventLog events_;
   std::function<void(const std::string&)> on_recycled_;
+  const SandboxStore* store_ = nullptr;
+  void Save(absl::string_view id);
   // Last: destroyed first, so their threads stop before the members their callbacks use. The
   // pool gives its surplus and dead sandboxes to the recycle queue, so it goes first.
   RecycleQueue recycle_queue_;

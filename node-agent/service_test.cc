@@ -262,5 +262,61 @@ TEST_F(ServiceTest, StopPoolDestroysTheWarmSandboxesButNotTheUsersOnes) {
   EXPECT_EQ(after->start_path, StartPath::kCold);
 }
 
+// At start: the sandboxes the backend re-adopted are served again when the store has their
+// record and they have time left (token, env, expiry kept); the others are destroyed, and
+// records of sandboxes nobody adopted are dropped.
+TEST_F(ServiceTest, ReadoptServesRecordedSandboxesAndEndsTheRest) {
+  absl::StatusOr<SandboxStore> store = SandboxStore::Open(dir_.File("entries"));
+  ASSERT_TRUE(store.ok()) << store.status();
+  service_.SetStore(&*store);
+  for (const char* id : {"sb-kept", "sb-expired", "sb-unrecorded"}) {
+    SandboxSpec spec;
+    spec.id = id;
+    spec.profile = "python";
+    ASSERT_TRUE(backend_.Create(spec).ok());
+  }
+  SandboxRecord kept;
+  kept.id = "sb-kept";
+  kept.profile = "python";
+  kept.created = clock_.Now() - absl::Minutes(5);
+  kept.expires_at = clock_.Now() + absl::Minutes(10);
+  kept.env = {{"A", "1"}};
+  kept.token = "kept-token";
+  ASSERT_TRUE(store->Save(kept).ok());
+  SandboxRecord expired = kept;
+  expired.id = "sb-expired";
+  expired.expires_at = clock_.Now() - absl::Seconds(1);
+  ASSERT_TRUE(store->Save(expired).ok());
+  SandboxRecord gone = kept;
+  gone.id = "sb-gone";  // its init ended: the backend did not adopt it
+  ASSERT_TRUE(store->Save(gone).ok());
+  backend_.SetAdoptable({{.id = "sb-kept", .commands = {{.command_id = "cmd-1", .tag = "t"}}},
+                         {.id = "sb-expired"},
+                         {.id = "sb-unrecorded"}});
+
+  std::vector<AdoptedSandboxInfo> served = service_.Readopt();
+  ASSERT_EQ(served.size(), 1u);
+  EXPECT_EQ(served[0].id, "sb-kept");
+  ASSERT_EQ(served[0].commands.size(), 1u);
+  EXPECT_EQ(served[0].commands[0].tag, "t");
+  absl::StatusOr<SandboxRecord> record = service_.Get("sb-kept");
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->state, SandboxState::kReady);
+  EXPECT_EQ(record->created, kept.created);
+  EXPECT_EQ(record->expires_at, kept.expires_at);
+  EXPECT_EQ(record->env, kept.env);
+  EXPECT_TRUE(service_.TokenMatches("sb-kept", "kept-token"));
+  EXPECT_FALSE(service_.TokenMatches("sb-kept", "other"));
+  EXPECT_EQ(backend_.ids(), std::vector<std::string>{"sb-kept"});
+  EXPECT_FALSE(service_.Get("sb-expired").ok());
+  EXPECT_EQ(store->Ids(), std::vector<std::string>{"sb-kept"});
+
+  // A renewal reaches the record, and a delete removes it.
+  ASSERT_TRUE(service_.Renew("sb-kept", clock_.Now() + absl::Minutes(20)).ok());
+  EXPECT_EQ(store->Load("sb-kept")->expires_at, clock_.Now() + absl::Minutes(20));
+  ASSERT_TRUE(service_.Delete("sb-kept").ok());
+  EXPECT_TRUE(store->Ids().empty());
+}
+
 }  // namespace
 }  // namespace moat::agent

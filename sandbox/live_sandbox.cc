@@ -1,6 +1,7 @@
 #include "sandbox/live_sandbox.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -76,6 +77,11 @@ absl::StatusOr<std::unique_ptr<LiveSandbox>> SandboxFactory::Start(
       plan.reaper_argv_storage.push_back(
           absl::StrCat("--rlimit=", r.resource, ":", r.limit.rlim_cur, ":", r.limit.rlim_max));
     }
+    if (options.restart_grace_ms > 0) {
+      plan.reaper_argv_storage.push_back(
+          absl::StrCat("--restart-grace-ms=", options.restart_grace_ms));
+      box->restart_grace_ms_ = options.restart_grace_ms;
+    }
   }
   plan.Finalize();
 
@@ -98,7 +104,7 @@ LiveSandbox::~LiveSandbox() { Destroy(); }
 absl::Status LiveSandbox::SendExec(uint32_t seq, const std::string& cwd,
                                    const std::vector<std::string>& argv,
                                    const std::vector<std::string>& env, int stdin_fd, int stdout_fd,
-                                   int stderr_fd) {
+                                   int stderr_fd, int stdout_read_fd, int stderr_read_fd) {
   if (argv.empty() || argv[0].empty()) return absl::InvalidArgumentError("no command given");
   if (cwd.empty() || cwd[0] != '/') {
     return absl::InvalidArgumentError(
@@ -131,18 +137,20 @@ absl::Status LiveSandbox::SendExec(uint32_t seq, const std::string& cwd,
   req.envc = static_cast<uint32_t>(env.size());
   req.strings_len = static_cast<uint32_t>(strings.size());
   struct iovec iov[2] = {{&req, sizeof(req)}, {strings.data(), strings.size()}};
-  const int fds[3] = {stdin_fd, stdout_fd, stderr_fd};
+  const int fds[5] = {stdin_fd, stdout_fd, stderr_fd, stdout_read_fd, stderr_read_fd};
+  const size_t n_fds =
+      (restart_grace_ms_ > 0 && stdout_read_fd >= 0 && stderr_read_fd >= 0) ? 5 : 3;
   alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(fds))] = {};
   struct msghdr msg = {};
   msg.msg_iov = iov;
   msg.msg_iovlen = 2;
   msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
+  msg.msg_controllen = CMSG_SPACE(n_fds * sizeof(int));
   struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
   cmsg->cmsg_level = SOL_SOCKET;
   cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(fds));
-  std::memcpy(CMSG_DATA(cmsg), fds, sizeof(fds));
+  cmsg->cmsg_len = CMSG_LEN(n_fds * sizeof(int));
+  std::memcpy(CMSG_DATA(cmsg), fds, n_fds * sizeof(int));
   ssize_t n;
   do {
     n = ::sendmsg(sync_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -201,6 +209,78 @@ bool LiveSandbox::Alive() const {
     return false;
   }
   return info.si_pid == 0;
+}
+
+void LiveSandbox::Release() {
+  absl::MutexLock lock(&destroy_mu_);
+  if (destroyed_) return;
+  destroyed_ = true;
+  sync_.reset();
+  seccomp_listener_.reset();
+  pidfd_.reset();
+  // The cgroup object would remove its directories when it goes: the sandbox still lives there.
+  (void)cgroup_.release();
+}
+
+absl::StatusOr<std::unique_ptr<LiveSandbox>> LiveSandbox::Adopt(
+    pid_t pid, UniqueFd pidfd, UniqueFd sync, std::unique_ptr<Cgroup> cgroup,
+    UniqueFd seccomp_listener, uint32_t restart_grace_ms, absl::Duration timeout,
+    std::vector<AdoptedCommand>* commands) {
+  ReaperRequest req = {};
+  req.op = ReaperOp::kAdopt;
+  if (::send(sync.get(), &req, sizeof(req), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the sandbox's init takes no new supervisor: ", std::strerror(errno)));
+  }
+  const absl::Time give_up = absl::Now() + timeout;
+  commands->clear();
+  for (;;) {
+    const int64_t ms = absl::ToInt64Milliseconds(give_up - absl::Now());
+    if (ms <= 0) return absl::DeadlineExceededError("the sandbox's init did not answer Adopt");
+    struct pollfd pfd = {sync.get(), POLLIN, 0};
+    if (::poll(&pfd, 1, static_cast<int>(ms)) <= 0) continue;
+    ReaperEvent event = {};
+    struct iovec iov = {&event, sizeof(event)};
+    alignas(struct cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+    struct msghdr msg = {};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    ssize_t n = ::recvmsg(sync.get(), &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) return absl::FailedPreconditionError("the sandbox's init closed its socket");
+    int fds[2] = {-1, -1};
+    for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+          c->cmsg_len == CMSG_LEN(2 * sizeof(int))) {
+        std::memcpy(fds, CMSG_DATA(c), sizeof(fds));
+      }
+    }
+    UniqueFd out(fds[0]), err(fds[1]);
+    if (n != static_cast<ssize_t>(sizeof(event))) {
+      return absl::InternalError("the sandbox's init sent a malformed answer to Adopt");
+    }
+    if (event.op == ReaperOp::kAdoptDone) break;
+    if (event.op != ReaperOp::kAdoptCommand) continue;
+    AdoptedCommand command;
+    command.seq = event.seq;
+    command.pid = event.pid;
+    command.exited = event.step[0] == 'x';
+    command.wait_status = event.status;
+    command.out = std::move(out);
+    command.err = std::move(err);
+    commands->push_back(std::move(command));
+  }
+  auto box = std::unique_ptr<LiveSandbox>(new LiveSandbox());
+  box->pid_ = pid;
+  box->pidfd_ = std::move(pidfd);
+  box->sync_ = std::move(sync);
+  box->seccomp_listener_ = std::move(seccomp_listener);
+  box->cgroup_ = std::move(cgroup);
+  box->base_env_ = DefaultSandboxEnv();
+  box->restart_grace_ms_ = restart_grace_ms;
+  return box;
 }
 
 LiveSandboxTeardown LiveSandbox::Destroy() {

@@ -23,6 +23,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "sandbox/cgroup/cgroup.h"
 #include "sandbox/egress/sandbox_egress.h"
 #include "sandbox/host_setup.h"
@@ -43,6 +44,18 @@ struct LiveSandboxOptions {
   Limits limits;  // cpu_timeout is a per-process RLIMIT_CPU backstop; wall_timeout is unused
   MountOptions mounts;
   std::optional<egress::EgressOptions> egress;
+  // > 0: the sandbox outlives its supervisor by this much, waiting to be taken over (reaper.h,
+  // LiveSandbox::Adopt). Needs the moat-init program; ignored without it.
+  uint32_t restart_grace_ms = 0;
+};
+
+// A command of an adopted sandbox, as its init reported it (ReaperOp::kAdoptCommand).
+struct AdoptedCommand {
+  uint32_t seq = 0;
+  pid_t pid = 0;  // inside the sandbox
+  bool exited = false;
+  int wait_status = 0;  // if exited
+  UniqueFd out, err;    // read ends of its stdout and stderr pipes
 };
 
 // What Destroy found and removed.
@@ -62,9 +75,10 @@ class LiveSandbox {
   // inside the sandbox. The descriptors are duplicated into init; the caller keeps (and closes)
   // its own. Errors: InvalidArgument (too big, empty argv), ResourceExhausted (init's queue is
   // full), FailedPrecondition (init is gone). Thread-safe.
+  // With a restart grace, pass the pipes' read ends too: init holds them (reaper.h).
   absl::Status SendExec(uint32_t seq, const std::string& cwd, const std::vector<std::string>& argv,
                         const std::vector<std::string>& env, int stdin_fd, int stdout_fd,
-                        int stderr_fd);
+                        int stderr_fd, int stdout_read_fd = -1, int stderr_read_fd = -1);
   // Sends `signo` to the process group of command `seq` (if it still runs). Thread-safe.
   absl::Status SendSignal(uint32_t seq, int signo);
 
@@ -88,6 +102,21 @@ class LiveSandbox {
   // egress proxy and removes the cgroup. Idempotent; a second call returns an empty teardown.
   LiveSandboxTeardown Destroy();
 
+  // Lets go of the sandbox without ending it: with a restart grace its init waits for a new
+  // supervisor (Adopt); without one it exits as its socket closes. Unusable afterwards.
+  void Release();
+
+  // Takes over a sandbox a previous supervisor released (or lost): `pidfd` of its init, `sync`
+  // the supervisor's end of init's new socket (pidfd_getfd of kReaperSyncFd), its cgroup and
+  // seccomp listener. Sends Adopt and returns init's list of commands, within `timeout`.
+  // Errors: DeadlineExceeded or FailedPrecondition (init did not answer: not adoptable).
+  static absl::StatusOr<std::unique_ptr<LiveSandbox>> Adopt(
+      pid_t pid, UniqueFd pidfd, UniqueFd sync, std::unique_ptr<Cgroup> cgroup,
+      UniqueFd seccomp_listener, uint32_t restart_grace_ms, absl::Duration timeout,
+      std::vector<AdoptedCommand>* commands);
+
+  uint32_t restart_grace_ms() const { return restart_grace_ms_; }
+
  private:
   friend class SandboxFactory;
   LiveSandbox() = default;
@@ -100,6 +129,7 @@ class LiveSandbox {
   std::unique_ptr<Cgroup> cgroup_;
   std::unique_ptr<egress::EgressSession> egress_;
   std::vector<std::pair<std::string, std::string>> base_env_;
+  uint32_t restart_grace_ms_ = 0;
   absl::Mutex destroy_mu_;
   bool destroyed_ ABSL_GUARDED_BY(destroy_mu_) = false;
 };

@@ -4,9 +4,11 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -15,12 +17,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sandbox/testing/read_to_eof.h"
+#include "sandbox/testing/status_matchers.h"
 
 namespace moat::sandbox {
 namespace {
 
 using ::moat::sandbox::testing::ReadToEof;
 
+using ::moat::matchers::IsOk;
 using ::testing::HasSubstr;
 
 struct Outcome {
@@ -85,8 +89,9 @@ class LiveSandboxTest : public ::testing::Test {
     factory_ = *std::move(factory);
   }
 
-  std::unique_ptr<LiveSandbox> Start(const std::string& suffix) {
+  std::unique_ptr<LiveSandbox> Start(const std::string& suffix, uint32_t restart_grace_ms = 0) {
     LiveSandboxOptions options;
+    options.restart_grace_ms = restart_grace_ms;
     options.name = absl::StrCat(::getpid(), "-live-", suffix);
     options.limits.memory_bytes = 128 << 20;
     options.limits.pids = 64;
@@ -209,6 +214,70 @@ TEST_F(LiveSandboxTest, InitEndsWhenTheSupervisorLetsGo) {
   struct pollfd pfd = {dup, POLLIN, 0};
   EXPECT_EQ(::poll(&pfd, 1, 5000), 1) << "init still runs after the supervisor's socket closed";
   ::close(dup);
+}
+
+// With a restart grace, init outlives its supervisor: a command started before goes on, its
+// output waits in the pipes init holds, and a new supervisor that takes init's spare socket gets
+// the command (exited meanwhile, with its status) and its pipes, and can run new commands.
+TEST_F(LiveSandboxTest, WithAGraceInitWaitsForANewSupervisor) {
+  std::unique_ptr<LiveSandbox> box = Start("adopt", /*restart_grace_ms=*/10000);
+  ASSERT_NE(box, nullptr);
+  const pid_t pid = box->pid();
+  UniqueFd pidfd(::fcntl(box->pidfd(), F_DUPFD_CLOEXEC, 0));
+  const std::vector<std::string> cgroups = box->cgroup().paths();
+  int out[2], err[2];
+  ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(err, O_CLOEXEC), 0);
+  UniqueFd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  ASSERT_THAT(box->SendExec(7, "/workspace",
+                            {"/bin/sh", "-c", "echo before; sleep 0.5; echo after; exit 4"},
+                            Env(*box), devnull.get(), out[1], err[1], out[0], err[0]),
+              IsOk());
+  ::close(out[1]);
+  ::close(err[1]);
+  EXPECT_EQ(NextEvent(*box).op, ReaperOp::kStarted);
+  // The supervisor goes, with its read ends: init holds its own.
+  box->Release();
+  ::close(out[0]);
+  ::close(err[0]);
+  absl::SleepFor(absl::Seconds(1));
+  struct pollfd alive = {pidfd.get(), POLLIN, 0};
+  ASSERT_EQ(::poll(&alive, 1, 0), 0) << "init ended with its supervisor despite the grace";
+
+  UniqueFd sync(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), kReaperSyncFd, 0)));
+  ASSERT_TRUE(sync.valid()) << std::strerror(errno);
+  std::vector<AdoptedCommand> commands;
+  absl::StatusOr<std::unique_ptr<LiveSandbox>> adopted =
+      LiveSandbox::Adopt(pid, std::move(pidfd), std::move(sync), nullptr, UniqueFd(), 10000,
+                         absl::Seconds(2), &commands);
+  ASSERT_THAT(adopted, IsOk());
+  ASSERT_EQ(commands.size(), 1u);
+  EXPECT_EQ(commands[0].seq, 7u);
+  EXPECT_TRUE(commands[0].exited);
+  EXPECT_TRUE(WIFEXITED(commands[0].wait_status));
+  EXPECT_EQ(WEXITSTATUS(commands[0].wait_status), 4);
+  ASSERT_TRUE(commands[0].out.valid());
+  EXPECT_EQ(ReadToEof(commands[0].out.get()), "before\nafter\n");
+  // The new supervisor runs commands as the old one did.
+  Outcome next = RunIn(**adopted, 8, {"/bin/sh", "-c", "echo again"});
+  EXPECT_EQ(next.out, "again\n");
+  (*adopted)->Destroy();
+  for (const std::string& dir : cgroups) ::rmdir(dir.c_str());
+}
+
+// Nobody takes the sandbox over within the grace: init ends (and the pid namespace with it).
+TEST_F(LiveSandboxTest, WithoutANewSupervisorInitEndsAfterTheGrace) {
+  std::unique_ptr<LiveSandbox> box = Start("grace", /*restart_grace_ms=*/1000);
+  ASSERT_NE(box, nullptr);
+  UniqueFd pidfd(::fcntl(box->pidfd(), F_DUPFD_CLOEXEC, 0));
+  const std::vector<std::string> cgroups = box->cgroup().paths();
+  box->Release();
+  struct pollfd pfd = {pidfd.get(), POLLIN, 0};
+  EXPECT_EQ(::poll(&pfd, 1, 300), 0) << "init did not wait for the grace";
+  EXPECT_EQ(::poll(&pfd, 1, 5000), 1) << "init still runs after its grace";
+  siginfo_t info = {};
+  ::waitid(static_cast<idtype_t>(P_PIDFD), pidfd.get(), &info, WEXITED);
+  for (const std::string& dir : cgroups) ::rmdir(dir.c_str());
 }
 
 TEST_F(LiveSandboxTest, InitIsTheSmallMoatInitAndCannotBeInspected) {

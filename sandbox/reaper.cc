@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -27,8 +28,20 @@ struct Running {
   uint32_t seq;
   pid_t pid;      // 0: free slot
   bool signaled;  // a Signal reached its tree: what is left of it when it exits is killed
+  int out_r;      // with a restart grace: the read ends of its stdout and stderr pipes, or -1
+  int err_r;
 };
 Running running[kReaperMaxCommands];
+// With a restart grace, while no supervisor is connected: the commands that exited meanwhile.
+struct Pending {
+  uint32_t seq;
+  pid_t pid;  // 0: free slot
+  int status;
+  int out_r;
+  int err_r;
+};
+Pending pending[kReaperMaxCommands];
+bool connected = true;
 
 // A command's tree is every process descended from it, whatever session or group it put itself
 // in (setsid leaves the group Signal addresses, not the tree). The command is a child subreaper
@@ -58,9 +71,12 @@ char strings[kReaperMaxStrings + 1];
 char* argv[kReaperMaxArgs + 1];
 char* envp[kReaperMaxArgs + 1];
 
-void Send(int sync_fd, const ReaperEvent& event) {
-  // Blocking: the supervisor always reads; if it is gone, EPIPE, and the recv below sees EOF.
-  while (::send(sync_fd, &event, sizeof(event), MSG_NOSIGNAL) < 0 && errno == EINTR) {
+// False if the supervisor is gone (EPIPE): the recv in the loop then sees EOF.
+bool Send(int sync_fd, const ReaperEvent& event) {
+  // Blocking: the supervisor always reads.
+  for (;;) {
+    if (::send(sync_fd, &event, sizeof(event), MSG_NOSIGNAL) >= 0) return true;
+    if (errno != EINTR) return false;
   }
 }
 
@@ -263,7 +279,7 @@ bool ParseStrings(const ReaperRequest& req, size_t len, const char** cwd,
 }
 
 void StartCommand(int sync_fd, const RlimitSetting* rlimits, size_t n_rlimits,
-                  const ReaperRequest& req, size_t strings_len, const int fds[3]) {
+                  const ReaperRequest& req, size_t strings_len, int fds[5]) {
   const char* cwd = nullptr;
   const char* search_path = nullptr;
   if (!ParseStrings(req, strings_len, &cwd, &search_path)) {
@@ -295,6 +311,10 @@ void StartCommand(int sync_fd, const RlimitSetting* rlimits, size_t n_rlimits,
   slot->seq = req.seq;
   slot->pid = static_cast<pid_t>(pid);
   slot->signaled = false;
+  // Held until the supervisor has its Exited event (reaper.h); not closed with the others.
+  slot->out_r = fds[3];
+  slot->err_r = fds[4];
+  fds[3] = fds[4] = -1;
   // A failed start still ends with an Exited event (126/127 after execve, 125 before).
   SendStarted(sync_fd, req.seq, static_cast<pid_t>(pid), start_failure.error, start_failure.step);
 }
@@ -344,6 +364,11 @@ void SignalCommand(const ReaperRequest& req) {
   }
 }
 
+void CloseIfOpen(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
 void ReapChildren(int sync_fd) {
   for (;;) {
     int status = 0;
@@ -358,26 +383,114 @@ void ReapChildren(int sync_fd) {
         event.status = status;
         r.pid = 0;
         if (r.signaled) KillTracked(r.seq);
-        Send(sync_fd, event);
+        // With a grace, an exit the departed supervisor could not receive waits for the next.
+        if (connected && (Send(sync_fd, event) || r.out_r < 0)) {
+          CloseIfOpen(r.out_r);
+          CloseIfOpen(r.err_r);
+        } else {
+          for (Pending& p : pending) {
+            if (p.pid != 0) continue;
+            p = {r.seq, pid, status, r.out_r, r.err_r};
+            break;
+          }
+        }
+        r.out_r = r.err_r = -1;
         break;
       }
     }
   }
 }
 
-void CloseReceived(const int fds[3]) {
-  for (int i = 0; i < 3; ++i) {
+void CloseReceived(const int fds[5]) {
+  for (int i = 0; i < 5; ++i) {
     if (fds[i] >= 0) ::close(fds[i]);
   }
 }
 
+// One AdoptCommand event with the command's two read ends (those that are open).
+void SendAdoptCommand(int sync_fd, uint32_t seq, pid_t pid, bool exited, int status, int out_r,
+                      int err_r) {
+  ReaperEvent event = {};
+  event.op = ReaperOp::kAdoptCommand;
+  event.seq = seq;
+  event.pid = pid;
+  event.status = status;
+  event.step[0] = exited ? 'x' : 'r';
+  int fds[2] = {out_r, err_r};
+  const int n = (out_r >= 0 && err_r >= 0) ? 2 : 0;
+  struct iovec iov = {&event, sizeof(event)};
+  alignas(struct cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+  struct msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (n > 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(2 * sizeof(int));
+    std::memcpy(CMSG_DATA(c), fds, sizeof(fds));
+  }
+  while (::sendmsg(sync_fd, &msg, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+  }
+}
+
+// The supervisor is gone: a new socket pair, the supervisor's end left at kReaperSyncFd for the
+// next one to take. Returns init's end (or exits if there is none to be had).
+int Disconnect(int sync_fd) {
+  if (sync_fd != kReaperSyncFd) ::close(sync_fd);
+  ::close(kReaperSyncFd);  // kept as a copy of init's end while connected: the slot stays ours
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) ::_exit(0);
+  const int mine = ::fcntl(sv[0], F_DUPFD_CLOEXEC, kReaperSyncFd + 1);
+  ::close(sv[0]);
+  if (mine < 0) ::_exit(0);
+  if (sv[1] != kReaperSyncFd) {
+    if (::dup3(sv[1], kReaperSyncFd, O_CLOEXEC) < 0) ::_exit(0);
+    ::close(sv[1]);
+  }
+  connected = false;
+  return mine;
+}
+
+// A new supervisor sent Adopt: every command it must know, then AdoptDone.
+void Adopt(int sync_fd) {
+  // Its copy of the supervisor's end is the supervisor's now; the slot keeps a copy of ours, so
+  // that a later EOF is seen only when the supervisor's goes.
+  ::dup3(sync_fd, kReaperSyncFd, O_CLOEXEC);
+  connected = true;
+  for (Running& r : running) {
+    if (r.pid != 0) SendAdoptCommand(sync_fd, r.seq, r.pid, false, 0, r.out_r, r.err_r);
+  }
+  for (Pending& p : pending) {
+    if (p.pid == 0) continue;
+    SendAdoptCommand(sync_fd, p.seq, p.pid, true, p.status, p.out_r, p.err_r);
+    CloseIfOpen(p.out_r);
+    CloseIfOpen(p.err_r);
+    p.pid = 0;
+  }
+  ReaperEvent done = {};
+  done.op = ReaperOp::kAdoptDone;
+  Send(sync_fd, done);
+}
+
+int64_t MonotonicMs() {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
 }  // namespace
 
-void RunReaper(int sync_fd, const RlimitSetting* rlimits, size_t n_rlimits) {
+void RunReaper(int sync_fd, const RlimitSetting* rlimits, size_t n_rlimits,
+               uint32_t restart_grace_ms) {
   // Keep nothing but the socket: the setup's descriptors (pipes of the start handshake) must not
   // reach commands, and are closed on exec anyway.
   ::close_range(0, sync_fd - 1, 0);
   ::close_range(sync_fd + 1, ~0U, 0);
+  for (Running& r : running) r.out_r = r.err_r = -1;
+  int64_t give_up_ms = 0;  // while disconnected: when the grace ends
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
@@ -387,7 +500,13 @@ void RunReaper(int sync_fd, const RlimitSetting* rlimits, size_t n_rlimits) {
 
   for (;;) {
     struct pollfd pfds[2] = {{sync_fd, POLLIN, 0}, {sigfd, POLLIN, 0}};
-    if (::poll(pfds, 2, -1) < 0) {
+    int timeout = -1;
+    if (!connected) {
+      const int64_t left = give_up_ms - MonotonicMs();
+      if (left <= 0) ::_exit(0);  // nobody took the sandbox over: end it
+      timeout = static_cast<int>(left);
+    }
+    if (::poll(pfds, 2, timeout) < 0) {
       if (errno == EINTR) continue;
       ::_exit(125);
     }
@@ -401,7 +520,7 @@ void RunReaper(int sync_fd, const RlimitSetting* rlimits, size_t n_rlimits) {
 
     ReaperRequest req = {};
     struct iovec iov[2] = {{&req, sizeof(req)}, {strings, kReaperMaxStrings}};
-    alignas(struct cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))] = {};
+    alignas(struct cmsghdr) char control[CMSG_SPACE(5 * sizeof(int))] = {};
     struct msghdr msg = {};
     msg.msg_iov = iov;
     msg.msg_iovlen = 2;
@@ -409,13 +528,27 @@ void RunReaper(int sync_fd, const RlimitSetting* rlimits, size_t n_rlimits) {
     msg.msg_controllen = sizeof(control);
     ssize_t n = ::recvmsg(sync_fd, &msg, MSG_CMSG_CLOEXEC);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) ::_exit(0);  // the supervisor is gone: end the sandbox
-    int fds[3] = {-1, -1, -1};
+    if (n <= 0) {
+      if (restart_grace_ms == 0) ::_exit(0);  // the supervisor is gone: end the sandbox
+      sync_fd = Disconnect(sync_fd);
+      give_up_ms = MonotonicMs() + restart_grace_ms;
+      continue;
+    }
+    int fds[5] = {-1, -1, -1, -1, -1};
     for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-          c->cmsg_len == CMSG_LEN(3 * sizeof(int))) {
-        std::memcpy(fds, CMSG_DATA(c), sizeof(fds));
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      if (c->cmsg_len == CMSG_LEN(3 * sizeof(int))) {
+        std::memcpy(fds, CMSG_DATA(c), 3 * sizeof(int));
+      } else if (c->cmsg_len == CMSG_LEN(5 * sizeof(int))) {
+        std::memcpy(fds, CMSG_DATA(c), 5 * sizeof(int));
       }
+    }
+    if (!connected) {
+      CloseReceived(fds);
+      if (static_cast<size_t>(n) >= sizeof(ReaperOp) && req.op == ReaperOp::kAdopt) {
+        Adopt(sync_fd);
+      }
+      continue;
     }
     if (static_cast<size_t>(n) < sizeof(req) || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
       CloseReceived(fds);

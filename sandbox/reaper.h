@@ -14,6 +14,7 @@
 //   Signal{seq, signo} ─────────────────────▶ its tree: kill(-pgid), kill(each member)
 //   Exited{seq, wait status} ◀─────────────── SIGCHLD (signalfd), waitpid
 //   close the socket ───────────────────────▶ EOF: exit; the kernel kills every process left
+//                                             (with a restart grace: wait for a new supervisor)
 //
 // Orphans (background children of finished commands) are reaped silently. A command's process
 // group is its pid (setsid); Signal addresses it and every process of the command's tree (read
@@ -22,6 +23,16 @@
 // Signal, what is left of the tree when the command exits is killed (it would be reparented to
 // init and lost). SIGKILL stops the whole tree first (round after round), then kills it.
 // A command that ends normally leaves its background processes running, as before.
+//
+// Restart grace (moat-init --restart-grace-ms=N, N > 0): the supervisor may go away and a new one
+// take the sandbox over (node-agent's re-adoption, docs/agent.md). Exec then carries two more
+// descriptors, the read ends of the command's stdout and stderr pipes, which init holds while the
+// command runs (so its output waits in the pipes, and a write never meets a closed pipe) and
+// until its Exited event reached a supervisor. On EOF init makes a new socket pair, leaves the
+// supervisor's end at kReaperSyncFd for the next supervisor to take (pidfd_getfd), keeps running
+// and reaping, and buffers Exited events. A new supervisor sends Adopt on that end; init answers
+// one AdoptCommand per command it knows (running, or exited meanwhile with its wait status), each
+// with the two read ends, then AdoptDone. Nobody within the grace: init exits, as without one.
 #pragma once
 
 #include <sys/types.h>
@@ -35,7 +46,15 @@ namespace moat::sandbox {
 
 // Requests to init, one SOCK_SEQPACKET message each. Exec carries its strings after the header
 // and stdin, stdout, stderr as SCM_RIGHTS.
-enum class ReaperOp : uint32_t { kExec = 1, kSignal = 2, kStarted = 3, kExited = 4 };
+enum class ReaperOp : uint32_t {
+  kExec = 1,
+  kSignal = 2,
+  kStarted = 3,
+  kExited = 4,
+  kAdopt = 5,         // request: a new supervisor takes the sandbox over
+  kAdoptCommand = 6,  // event: pid, status (wait status if step[0] == 'x'), 2 fds
+  kAdoptDone = 7,     // event: every command was listed
+};
 
 struct ReaperRequest {
   ReaperOp op;
@@ -67,9 +86,12 @@ inline constexpr size_t kReaperMaxCommands = 1024;  // running at once
 // for moat-agent). So when the plan names it, init execs the small static `moat-init` program
 // (init_main.cc), which calls this with what its command line says; otherwise init runs it in
 // place.
-[[noreturn]] void RunReaper(int sync_fd, const RlimitSetting* rlimits, size_t n);
+// `restart_grace_ms` > 0: the supervisor's EOF starts a grace instead (see above).
+[[noreturn]] void RunReaper(int sync_fd, const RlimitSetting* rlimits, size_t n,
+                            uint32_t restart_grace_ms = 0);
 
-// moat-init's command line: "--sync-fd=N" and one "--rlimit=RESOURCE:SOFT:HARD" per setting.
+// moat-init's command line: "--sync-fd=N", one "--rlimit=RESOURCE:SOFT:HARD" per setting and
+// "--restart-grace-ms=N".
 inline constexpr int kReaperSyncFd = 3;  // where init puts its socket before the exec
 
 }  // namespace moat::sandbox

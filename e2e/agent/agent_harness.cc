@@ -75,8 +75,9 @@ absl::StatusOr<std::unique_ptr<AgentProcess>> AgentProcess::Start(const AgentSet
   }
   const std::string config = absl::StrCat(
       "listen: {address: 127.0.0.1, port: 0}\n", "token_file: ", token_file, "\n",
-      "state_dir: ", agent->state_dir_, "\n", "heartbeat: {interval: ", setup.heartbeat,
-      ", misses: 3}\n", "profiles:\n", "  - name: default\n", "    limits: ", setup.limits, "\n",
+      "state_dir: ", agent->state_dir_, "\n", "restart_grace: ", setup.restart_grace, "\n",
+      "heartbeat: {interval: ", setup.heartbeat, ", misses: 3}\n", "profiles:\n",
+      "  - name: default\n", "    limits: ", setup.limits, "\n",
       "    pool: {floor: ", setup.pool_floor, ", ceiling: ", setup.pool_ceiling, "}\n");
   const std::string config_path = agent->dir_ + "/agent.yaml";
   if (!WriteFile(config_path, config, 0600)) return absl::InternalError("cannot write config");
@@ -181,11 +182,22 @@ CommandRun AgentProcess::Run(const std::string& id, const std::string& token,
   }
   nlohmann::json body = {{"command", command}};
   if (!extra_json.empty()) body.update(nlohmann::json::parse(extra_json));
+  return RunAt(id, token, "/command", body, client);
+}
+
+CommandRun AgentProcess::RunAt(const std::string& id, const std::string& token,
+                               const std::string& route, const nlohmann::json& body,
+                               httplib::Client* client) {
+  std::unique_ptr<httplib::Client> own;
+  if (client == nullptr) {
+    own = NewClient();
+    client = own.get();
+  }
   CommandRun run;
   std::string buffer;
   httplib::Request req;
   req.method = "POST";
-  req.path = absl::StrCat("/v1/sandboxes/", id, "/execd/command");
+  req.path = absl::StrCat("/v1/sandboxes/", id, "/execd", route);
   req.headers = {{"X-EXECD-ACCESS-TOKEN", token}, {"Content-Type", "application/json"}};
   req.body = body.dump();
   req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {

@@ -28,6 +28,8 @@ struct AgentSetup {
   int pool_ceiling = 4;
   std::string heartbeat = "5s";  // heartbeat.interval
   std::string limits = "{cpus: 1, memory: 256MiB, pids: 128, workspace: 64MiB}";
+  // restart_grace: "0s" (the sandboxes end with the agent) unless a test keeps them.
+  std::string restart_grace = "0s";
 };
 
 // What one command printed, through the SSE stream of POST .../execd/command.
@@ -70,6 +72,9 @@ class AgentProcess {
   // Runs a command through the per-sandbox API on `client` (one per thread; nullptr: a new one).
   CommandRun Run(const std::string& id, const std::string& token, const std::string& command,
                  httplib::Client* client = nullptr, const std::string& extra_json = "");
+  // The same for any streaming route of the per-sandbox API (e.g. "/session/<id>/run").
+  CommandRun RunAt(const std::string& id, const std::string& token, const std::string& route,
+                   const nlohmann::json& body, httplib::Client* client = nullptr);
   std::unique_ptr<httplib::Client> NewClient() const;
 
  private:

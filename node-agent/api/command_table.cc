@@ -242,6 +242,17 @@ absl::StatusOr<std::shared_ptr<Command>> CommandTable::Add(absl::string_view san
   return cmd;
 }
 
+std::shared_ptr<Command> CommandTable::Restore(absl::string_view sandbox_id, std::string id,
+                                               std::string command, bool background,
+                                               absl::Time started) {
+  std::string key(sandbox_id);
+  auto cmd = std::make_shared<Command>(std::move(id), key, std::move(command), background, started,
+                                       options_);
+  absl::MutexLock lock(&mu_);
+  by_sandbox_[key].push_back(cmd);
+  return cmd;
+}
+
 void CommandTable::Prune(absl::string_view sandbox_id) {
   absl::MutexLock lock(&mu_);
   PruneLocked(sandbox_id, options_.max_finished_per_sandbox);

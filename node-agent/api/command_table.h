@@ -159,6 +159,9 @@ class CommandTable {
   // max_running_per_sandbox commands. Drops the oldest finished commands past the limit.
   absl::StatusOr<std::shared_ptr<Command>> Add(absl::string_view sandbox_id,
                                                absl::string_view command, bool background);
+  // A running command carried over from a previous agent (re-adoption), with its id and start.
+  std::shared_ptr<Command> Restore(absl::string_view sandbox_id, std::string id,
+                                   std::string command, bool background, absl::Time started);
   // NotFound unless `id` is a command of `sandbox_id` (one sandbox never sees another's).
   absl::StatusOr<std::shared_ptr<Command>> Find(absl::string_view sandbox_id,
                                                 absl::string_view id) const;

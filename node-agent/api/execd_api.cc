@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "node-agent/api/execd_api_internal.h"
 #include "util/log.h"
+#include "util/token.h"
 
 namespace moat::agent {
 namespace {
@@ -28,13 +29,7 @@ constexpr size_t kMaxEnvValueBytes = 32 << 10;
 // Under the sandbox's and the request's env: a command without PATH finds nothing.
 constexpr char kDefaultPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-struct RunRequest {
-  std::string command;
-  std::string cwd;
-  bool background = false;
-  absl::Duration timeout = absl::InfiniteDuration();
-  std::map<std::string, std::string> envs;
-};
+using RunRequest = ExecdRunRequest;
 
 absl::Status Bad(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("\"", field, "\" ", what));
@@ -218,7 +213,144 @@ ExecdApi::ExecdApi(SandboxBackend* backend, Registry* registry, AgentMetrics* me
 
 ExecdApi::~ExecdApi() { hooks_->Disable(); }
 
-void ExecdApi::ForgetSandbox(absl::string_view sandbox_id) { commands_.ForgetSandbox(sandbox_id); }
+void ExecdApi::ForgetSandbox(absl::string_view sandbox_id) {
+  commands_.ForgetSandbox(sandbox_id);
+  absl::MutexLock lock(&sessions_mu_);
+  sessions_.erase(sandbox_id);
+}
+
+namespace {
+
+// A session's run: a new bash that restores the session's variables (exported or not),
+// functions and working directory from its state files in the sandbox's /tmp, runs the command
+// and saves them again on its way out, whatever way it exits. The command and the state's path
+// come in variables, never spliced into the script.
+constexpr char kSessionScript[] = R"SH(__moat_c=$MOAT_SESSION_CMD; __moat_s=$MOAT_SESSION_STATE
+unset MOAT_SESSION_CMD MOAT_SESSION_STATE MOAT_SESSION_SCRIPT
+if [ -f "$__moat_s.vars" ]; then . "$__moat_s.vars" 2>/dev/null; fi
+if [ -f "$__moat_s.cwd" ]; then cd "$(cat "$__moat_s.cwd")" 2>/dev/null; fi
+if [ -n "$MOAT_SESSION_CWD" ]; then cd "$MOAT_SESSION_CWD" || exit 1; fi
+unset MOAT_SESSION_CWD
+__moat_save() {
+  local rc=$?
+  { declare -p | grep -vE '^declare -[a-zA-Z]*r|^declare -[-a-zA-Z]* (BASH[A-Z0-9_]*|FUNCNAME|GROUPS|PIPESTATUS|PPID|SHLVL|UID|EUID|_|RANDOM|SRANDOM|SECONDS|LINENO|HISTCMD|EPOCH[A-Z]*|OPTIND|OPTARG|SHELLOPTS|__moat_[a-z]*)(=|$)'
+    declare -f | sed '/^__moat_save ()/,/^}/d'; } > "$__moat_s.vars.tmp" && mv "$__moat_s.vars.tmp" "$__moat_s.vars"
+  pwd > "$__moat_s.cwd"
+  exit $rc
+}
+trap __moat_save EXIT
+eval "$__moat_c"
+)SH";
+
+constexpr size_t kMaxSessionsPerSandbox = 64;
+
+std::string SessionState(const std::string& session) {
+  return absl::StrCat("/tmp/.moat-session-", session);
+}
+
+}  // namespace
+
+void ExecdApi::RegisterSessionRoutes(httplib::Server& s) {
+  s.Post(Route("/session"), [this](const httplib::Request& req, httplib::Response& res) {
+    absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
+    if (!record.ok()) return SendStatus(res, record.status());
+    std::string cwd;
+    if (!req.body.empty()) {
+      absl::StatusOr<json> doc = ParseBody(req.body);
+      if (!doc.ok()) return SendStatus(res, doc.status());
+      if (!doc->is_object()) return SendError(res, 400, "the body must be a JSON object");
+      if (doc->contains("cwd") && !(*doc)["cwd"].is_null()) {
+        if (!(*doc)["cwd"].is_string()) {
+          return SendError(res, 400, "\"cwd\" must be a string (a directory in the sandbox)");
+        }
+        cwd = (*doc)["cwd"].get<std::string>();
+        if (cwd.empty() || cwd[0] != '/' || cwd.find('\0') != std::string::npos) {
+          return SendError(res, 400, "\"cwd\" must be an absolute path in the sandbox");
+        }
+      }
+    }
+    // Sessions run bash: a root without it cannot have them.
+    absl::StatusOr<FileInfo> bash = backend_->Stat(record->id, "/bin/bash");
+    if (!bash.ok() || bash->type != FileType::kFile) {
+      return SendError(res, 409,
+                       "this sandbox's root has no /bin/bash, which bash sessions run; use "
+                       "/command, or a profile whose root has bash");
+    }
+    absl::StatusOr<std::string> token = NewToken();
+    if (!token.ok()) return SendStatus(res, token.status());
+    const std::string id = absl::StrCat("session-", token->substr(0, 24));
+    {
+      absl::MutexLock lock(&sessions_mu_);
+      std::map<std::string, std::string>& sessions = sessions_[record->id];
+      if (sessions.size() >= kMaxSessionsPerSandbox) {
+        return SendError(res, 429,
+                         absl::StrCat("this sandbox has ", kMaxSessionsPerSandbox,
+                                      " bash sessions, the limit; delete one first"));
+      }
+      sessions[id] = cwd;
+    }
+    SendJson(res, json{{"session_id", id}});
+  });
+  s.Post(Route("/session/([^/]+)/run"),
+         [this](const httplib::Request& req, httplib::Response& res) { RunInSession(req, res); });
+  s.Delete(Route("/session/([^/]+)"), [this](const httplib::Request& req, httplib::Response& res) {
+    absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
+    if (!record.ok()) return SendStatus(res, record.status());
+    const std::string id = req.matches[2].str();
+    {
+      absl::MutexLock lock(&sessions_mu_);
+      auto it = sessions_.find(record->id);
+      if (it == sessions_.end() || it->second.erase(id) == 0) {
+        return SendError(res, 404, absl::StrCat("no bash session \"", id, "\" in this sandbox"));
+      }
+    }
+    for (const char* suffix : {".vars", ".cwd"}) {
+      backend_->Remove(record->id, SessionState(id) + suffix).IgnoreError();
+    }
+    res.status = 200;
+  });
+}
+
+void ExecdApi::RunInSession(const httplib::Request& req, httplib::Response& res) {
+  const std::string sandbox = req.matches[1].str();
+  const std::string id = req.matches[2].str();
+  std::string session_cwd;
+  {
+    absl::MutexLock lock(&sessions_mu_);
+    auto it = sessions_.find(sandbox);
+    auto found = it == sessions_.end() ? decltype(it->second.end())() : it->second.find(id);
+    if (it == sessions_.end() || found == it->second.end()) {
+      // Authentication first: an unknown session and a wrong token must not be told apart.
+      absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
+      if (!record.ok()) return SendStatus(res, record.status());
+      return SendError(res, 404,
+                       absl::StrCat("no bash session \"", id,
+                                    "\" in this sandbox; "
+                                    "create one with POST /session"));
+    }
+    session_cwd = found->second;
+  }
+  absl::StatusOr<RunRequest> request = ParseRunRequest(req.body);
+  if (!request.ok()) return SendStatus(res, request.status());
+  if (request->command.empty()) return SendError(res, 400, "\"command\" is required");
+  const std::string shown = request->command;
+  std::map<std::string, std::string> env = {
+      {"MOAT_SESSION_CMD", request->command},
+      {"MOAT_SESSION_STATE", SessionState(id)},
+      {"MOAT_SESSION_SCRIPT", kSessionScript},
+      // The run's cwd, else the session's own on its first run (later: where it was left).
+      {"MOAT_SESSION_CWD", request->cwd}};
+  if (request->cwd.empty()) env["MOAT_SESSION_CWD"] = session_cwd;
+  if (!session_cwd.empty()) {
+    absl::MutexLock lock(&sessions_mu_);
+    auto it = sessions_.find(sandbox);
+    if (it != sessions_.end() && it->second.contains(id)) it->second[id] = "";  // first run only
+  }
+  request->command = "exec /bin/bash -c \"$MOAT_SESSION_SCRIPT\"";
+  request->cwd = "";
+  request->background = false;
+  StartCommand(req, res, *std::move(request), shown, env);
+}
 
 void ExecdApi::SweepGoneSandboxes() {
   for (const std::string& id : commands_.Sandboxes()) {
@@ -238,6 +370,7 @@ bool ExecdApi::IsUpload(const httplib::Request& req) {
 
 void ExecdApi::RegisterRoutes(httplib::Server& server) {
   RegisterCommandRoutes(server);
+  RegisterSessionRoutes(server);
   RegisterFileRoutes(server);
   RegisterMetricsRoutes(server);
 }
@@ -365,14 +498,58 @@ void ExecdApi::RegisterCommandRoutes(httplib::Server& s) {
       });
 }
 
+void ExecdApi::Readopt(const std::vector<AdoptedSandboxInfo>& sandboxes) {
+  for (const AdoptedSandboxInfo& sandbox : sandboxes) {
+    for (const AdoptedCommandInfo& adopted : sandbox.commands) {
+      nlohmann::json tag = nlohmann::json::parse(adopted.tag, nullptr, false);
+      if (!tag.is_object() || !tag.contains("id") || !tag["id"].is_string()) {
+        LogWarning(absl::StrCat("sandbox ", sandbox.id, ": command ", adopted.command_id,
+                                " of the previous agent has no record; its output is not served"));
+        continue;
+      }
+      std::shared_ptr<Command> command = commands_.Restore(
+          sandbox.id, tag["id"].get<std::string>(), tag.value("command", ""),
+          tag.value("background", false), absl::FromUnixNanos(tag.value("started_ns", int64_t{0})));
+      command->SetBackendId(adopted.command_id);
+      ExecCallbacks callbacks;
+      callbacks.on_stdout = [command](absl::string_view chunk) {
+        command->AppendOutput(OutputStream::kStdout, chunk);
+      };
+      callbacks.on_stderr = [command](absl::string_view chunk) {
+        command->AppendOutput(OutputStream::kStderr, chunk);
+      };
+      callbacks.on_exit = [command, hooks = hooks_, clock = clock_](const ExecExit& exit) {
+        command->Finish(exit, clock->Now());
+        hooks->Exited(command->sandbox_id(), std::nullopt);
+      };
+      hooks_->Started(sandbox.id);
+      if (absl::Status attached =
+              backend_->Reattach(sandbox.id, adopted.command_id, std::move(callbacks));
+          !attached.ok()) {
+        command->FailToStart(absl::StrCat("lost across the agent's restart: ", attached.message()),
+                             clock_->Now());
+        hooks_->Exited(sandbox.id, std::nullopt);
+      }
+    }
+  }
+}
+
 void ExecdApi::RunCommand(const httplib::Request& req, httplib::Response& res) {
   absl::StatusOr<RunRequest> request = ParseRunRequest(req.body);
   if (!request.ok()) return SendStatus(res, request.status());
+  const std::string shown = request->command;
+  StartCommand(req, res, *std::move(request), shown, {});
+}
+
+void ExecdApi::StartCommand(const httplib::Request& req, httplib::Response& res,
+                            ExecdRunRequest run, const std::string& shown,
+                            const std::map<std::string, std::string>& extra_env) {
+  const ExecdRunRequest* request = &run;
   absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
   if (!record.ok()) return SendStatus(res, record.status());
   SweepGoneSandboxes();
   absl::StatusOr<std::shared_ptr<Command>> added =
-      commands_.Add(record->id, request->command, request->background);
+      commands_.Add(record->id, shown, request->background);
   if (!added.ok()) return SendStatus(res, added.status());
   std::shared_ptr<Command> command = *added;
 
@@ -383,7 +560,14 @@ void ExecdApi::RunCommand(const httplib::Request& req, httplib::Response& res) {
   std::map<std::string, std::string> env = {{"PATH", kDefaultPath}};
   for (const auto& [k, v] : record->env) env[k] = v;
   for (const auto& [k, v] : request->envs) env[k] = v;
+  for (const auto& [k, v] : extra_env) env[k] = v;
   exec.env.assign(env.begin(), env.end());
+  // What a restarted agent needs to serve it again (Readopt).
+  exec.tag = nlohmann::json{{"id", command->id()},
+                            {"command", shown},
+                            {"background", request->background},
+                            {"started_ns", absl::ToUnixNanos(command->Status().started)}}
+                 .dump();
 
   ExecCallbacks callbacks;
   callbacks.on_stdout = [command](absl::string_view chunk) {

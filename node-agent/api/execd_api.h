@@ -21,10 +21,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "node-agent/backend/backend.h"
 #include "util/clock.h"
@@ -63,6 +67,15 @@ struct ExecdOptions {
   CommandTableOptions commands;
 };
 
+// A command request of the execd API (RunCommandRequest; a session's RunInSessionRequest).
+struct ExecdRunRequest {
+  std::string command;
+  std::string cwd;
+  bool background = false;
+  absl::Duration timeout = absl::InfiniteDuration();
+  std::map<std::string, std::string> envs;
+};
+
 class ExecdApi {
  public:
   // All pointers must outlive the ExecdApi; backend callbacks that come after it is destroyed
@@ -75,6 +88,10 @@ class ExecdApi {
 
   // Adds the routes (except /ping, which HttpApi serves) to `server`.
   void RegisterRoutes(httplib::Server& server);
+  // At start: the commands of re-adopted sandboxes (SandboxService::Readopt) are known again
+  // under their ids, with the output kept since they started; those that ended meanwhile are
+  // finished with their exit status.
+  void Readopt(const std::vector<AdoptedSandboxInfo>& sandboxes);
   // The sandbox was deleted: forget its commands.
   void ForgetSandbox(absl::string_view sandbox_id);
   // Before the server stops: streams end within `poll` instead of when their command does
@@ -94,6 +111,12 @@ class ExecdApi {
   void RegisterFileRoutes(httplib::Server& server);  // In execd_api_files.cc.
   void RegisterMetricsRoutes(httplib::Server& server);
   void RunCommand(const httplib::Request& req, httplib::Response& res);
+  // Starts `run` (parsed from a request) and streams it; `shown` is the command's text in its
+  // status (a session's run is wrapped: RunInSession).
+  void StartCommand(const httplib::Request& req, httplib::Response& res, ExecdRunRequest run,
+                    const std::string& shown, const std::map<std::string, std::string>& extra_env);
+  void RegisterSessionRoutes(httplib::Server& server);
+  void RunInSession(const httplib::Request& req, httplib::Response& res);
   void Download(const httplib::Request& req, httplib::Response& res);
   void Upload(const httplib::Request& req, httplib::Response& res);
   void Search(const httplib::Request& req, httplib::Response& res);
@@ -104,6 +127,10 @@ class ExecdApi {
   // through ForgetSandbox).
   void SweepGoneSandboxes();
 
+  // Bash sessions of each sandbox: session id -> its working directory at creation.
+  mutable absl::Mutex sessions_mu_;
+  absl::flat_hash_map<std::string, std::map<std::string, std::string>> sessions_
+      ABSL_GUARDED_BY(sessions_mu_);
   SandboxBackend* backend_;
   Registry* registry_;
   const Clock* clock_;

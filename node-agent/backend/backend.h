@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "node-agent/config/limits.h"
@@ -70,6 +71,22 @@ struct ExecRequest {
   std::string cwd;      // Absolute path inside the sandbox; empty: /workspace.
   std::vector<std::pair<std::string, std::string>> env;  // The whole environment of the command.
   absl::Duration timeout = absl::InfiniteDuration();     // Wall-clock; then the tree is killed.
+  // Opaque to the backend: kept with the command where it outlives the agent, and given back
+  // by Adopt (the execd layer keeps its own id and request there).
+  std::string tag;
+};
+
+// A command of a re-adopted sandbox (SandboxBackend::Adopt).
+struct AdoptedCommandInfo {
+  std::string command_id;  // the backend's, for Reattach and Interrupt
+  std::string tag;         // ExecRequest::tag
+  bool exited = false;     // ended while no agent ran; Reattach delivers its output and exit
+};
+
+// A sandbox a previous agent left running, now this backend's again.
+struct AdoptedSandboxInfo {
+  std::string id;
+  std::vector<AdoptedCommandInfo> commands;
 };
 
 struct ExecExit {
@@ -211,6 +228,21 @@ class SandboxBackend {
   // At agent start: finds what a crashed agent left behind (processes, cgroups, mounts,
   // workspaces named after sandbox ids under the state dir) and removes it.
   virtual absl::StatusOr<CleanupReport> CleanLeftovers() = 0;
+
+  // Sandboxes that outlive their agent (docs/agent.md). Adopt, at start and before
+  // CleanLeftovers: takes over the sandboxes a previous agent released or lost and that still
+  // wait for one; the rest is left to CleanLeftovers. Reattach: the adopted command's callbacks;
+  // the output kept since it started is delivered first, then what comes (or its exit).
+  // Release, at stop: lets go of every sandbox without ending it. Backends that cannot keep
+  // sandboxes across agents adopt nothing and release by destroying.
+  virtual absl::StatusOr<std::vector<AdoptedSandboxInfo>> Adopt() {
+    return std::vector<AdoptedSandboxInfo>();
+  }
+  virtual absl::Status Reattach(absl::string_view id, absl::string_view command_id,
+                                ExecCallbacks callbacks) {
+    return absl::NotFoundError(absl::StrCat("no adopted command \"", command_id, "\" in ", id));
+  }
+  virtual void Release() {}
 };
 
 // Sandbox ids: "sb-" and 1..61 lower-case letters, digits or dashes. They become parts of paths

@@ -105,6 +105,15 @@ class FakeBackend final : public SandboxBackend {
   void AddLeftovers(const CleanupReport& report);  // What CleanLeftovers will "find".
   // A FIFO at `path`: Stat describes it (type kOther); ReadFile and OpenFile refuse it.
   void AddSpecialFile(absl::string_view id, absl::string_view path);
+  // What the next Adopt returns (its sandboxes must exist: Create them first).
+  void SetAdoptable(std::vector<AdoptedSandboxInfo> adoptable) {
+    absl::MutexLock lock(&mu_);
+    adoptable_ = std::move(adoptable);
+  }
+  absl::StatusOr<std::vector<AdoptedSandboxInfo>> Adopt() override {
+    absl::MutexLock lock(&mu_);
+    return std::move(adoptable_);
+  }
   bool Exists(absl::string_view id) const;
   bool Paused(absl::string_view id) const;
   SandboxSpec SpecOf(absl::string_view id) const;  // Empty spec if unknown.
@@ -142,6 +151,7 @@ class FakeBackend final : public SandboxBackend {
   absl::Duration create_reported_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(1);
   absl::Duration create_wait_ ABSL_GUARDED_BY(mu_);
   int create_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<AdoptedSandboxInfo> adoptable_ ABSL_GUARDED_BY(mu_);
   int max_live_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status next_destroy_status_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> next_destroy_residue_ ABSL_GUARDED_BY(mu_);

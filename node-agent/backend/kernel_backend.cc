@@ -2,10 +2,13 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "node-agent/backend/adopted_cgroup.h"
 #include "node-agent/backend/freezer.h"
 #include "node-agent/backend/namespace_ref.h"
 #include "node-agent/config/config.h"
@@ -71,6 +75,49 @@ absl::Status StartError(const sandbox::ReaperEvent& started, const std::string& 
       absl::StrCat("the command could not be started: ", step, ": ", std::strerror(error)));
 }
 
+// Start time of `pid` (field 22 of /proc/PID/stat, clock ticks since boot); 0 if it is gone.
+// A pid with the recorded start time is the recorded process, not a reuse of its number.
+uint64_t StartTimeOf(pid_t pid) {
+  absl::StatusOr<std::string> text = cgroupfs::ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  if (!text.ok()) return 0;
+  const size_t paren = text->rfind(')');
+  if (paren == std::string::npos) return 0;
+  std::vector<absl::string_view> fields =
+      absl::StrSplit(absl::string_view(*text).substr(paren + 2), ' ');
+  uint64_t start = 0;  // fields[0] is field 3
+  if (fields.size() < 20 || !absl::SimpleAtoi(fields[19], &start)) return 0;
+  return start;
+}
+
+// A spool frame: one byte ('t' the tag, 'o' stdout, 'e' stderr), the command's seq and the
+// length (4 bytes each), the bytes. One append-only file per sandbox: no file per command.
+constexpr size_t kFrameHeader = 9;
+void WriteFrame(int fd, char type, uint32_t seq, absl::string_view data) {
+  if (fd < 0) return;
+  char header[kFrameHeader] = {type};
+  const uint32_t n = static_cast<uint32_t>(data.size());
+  std::memcpy(header + 1, &seq, sizeof(seq));
+  std::memcpy(header + 5, &n, sizeof(n));
+  struct iovec iov[2] = {{header, sizeof(header)}, {const_cast<char*>(data.data()), data.size()}};
+  ssize_t unused = ::writev(fd, iov, 2);  // best effort: the live stream does not wait on it
+  (void)unused;
+}
+
+// Calls `frame` for each complete frame of a spool file's text.
+template <typename F>
+void ReadFrames(absl::string_view text, F frame) {
+  while (text.size() >= kFrameHeader) {
+    uint32_t seq, n;
+    std::memcpy(&seq, text.data() + 1, sizeof(seq));
+    std::memcpy(&n, text.data() + 5, sizeof(n));
+    if (text.size() - kFrameHeader < n) return;  // cut short by a crash: the rest is lost
+    frame(text[0], seq, text.substr(kFrameHeader, n));
+    text.remove_prefix(kFrameHeader + n);
+  }
+}
+
+int PidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
 }  // namespace
 
 struct KernelBackend::Command {
@@ -90,6 +137,12 @@ struct KernelBackend::Command {
   bool interrupted = false;
   UniqueFd out, err;  // read ends, non-blocking; reset once drained
   uint64_t out_token = 0, err_token = 0;
+  // With a restart grace: the sandbox's spool file (what was read so far), written by whoever
+  // reads; shared with the box, so that Destroy closing it cannot leave a stale number here.
+  std::shared_ptr<UniqueFd> spool;
+  // Adopted: what the previous agent spooled, for Reattach.
+  std::vector<std::pair<char, std::string>> spooled;
+  bool attached = true;  // false: adopted, waiting for Reattach (its exit is kept until then)
 
   absl::Mutex cb_mu;  // held while a callback runs
   bool finished ABSL_GUARDED_BY(cb_mu) = false;
@@ -107,6 +160,10 @@ struct KernelBackend::Box {
   int mounts = 0;               // mount entries of its namespace at start
   uint64_t oom_kills_seen = 0;  // guarded by mu_: the cgroup's OOM kills already attributed
   std::string record_path;
+  std::shared_ptr<UniqueFd> spool;  // with a restart grace: state_dir/spool/<id>
+  uint64_t init_start = 0;          // init's start time (StartTimeOf)
+  pid_t probe_pid = -1;
+  uint64_t probe_start = 0;
   uint64_t event_token = 0;  // guarded by mu_
   bool dead = false;         // guarded by mu_: init exited or destroy began
   std::map<uint32_t, std::shared_ptr<Command>> commands;  // guarded by mu_
@@ -126,9 +183,11 @@ absl::StatusOr<std::unique_ptr<KernelBackend>> KernelBackend::Create(KernelBacke
         absl::StrCat("state directory \"", options.state_dir,
                      "\" does not exist; create it (mode 0700, owned by root)"));
   }
-  const std::string records = absl::StrCat(options.state_dir, "/sandboxes");
-  if (::mkdir(records.c_str(), 0700) != 0 && errno != EEXIST) {
-    return ErrnoStatus(absl::StrCat("create \"", records, "\""));
+  for (const char* sub : {"/sandboxes", "/spool"}) {
+    const std::string dir = absl::StrCat(options.state_dir, sub);
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      return ErrnoStatus(absl::StrCat("create \"", dir, "\""));
+    }
   }
   ASSIGN_OR_RETURN(std::unique_ptr<sandbox::SandboxFactory> factory,
                    sandbox::SandboxFactory::Create());
@@ -251,6 +310,15 @@ absl::StatusOr<CreatedSandbox> KernelBackend::Create(const SandboxSpec& spec) {
   options.mounts = std::move(isolation.mounts);
   options.mounts.root_dir = spec.root_dir.empty() ? "/" : spec.root_dir;
   options.mounts.tmpfs_bytes = box->limits.tmpfs_bytes;
+  // Its proxy lives in the agent: a sandbox with egress cannot outlive it.
+  if (!isolation.egress && options_.restart_grace > absl::ZeroDuration()) {
+    options.restart_grace_ms =
+        static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.restart_grace));
+    // Not named after this agent's pid: once it is gone, any moat process's stale-cgroup
+    // cleanup (CleanupStaleCgroups) would kill the sandbox during its grace. Its record finds
+    // it instead (Adopt, CleanLeftovers).
+    options.name = absl::StrCat("keep-", spec.id);
+  }
   if (isolation.egress) {
     egress::EgressOptions& e = options.egress.emplace(*std::move(isolation.egress));
     e.sandbox_id = spec.id;
@@ -273,21 +341,23 @@ absl::StatusOr<CreatedSandbox> KernelBackend::Create(const SandboxSpec& spec) {
     box->mounts = static_cast<int>(std::count(mountinfo->begin(), mountinfo->end(), '\n'));
   }
   box->record_path = absl::StrCat(options_.state_dir, "/sandboxes/", spec.id, ".json");
-  {
-    nlohmann::json record = {{"id", spec.id},
-                             {"agent_pid", ::getpid()},
-                             {"init_pid", init},
-                             {"cgroups", box->sandbox->cgroup().paths()}};
-    std::ofstream out(box->record_path, std::ios::trunc);
-    out << record.dump() << "\n";
-    if (!out) return absl::InternalError(absl::StrCat("write \"", box->record_path, "\""));
-  }
+  box->init_start = StartTimeOf(init);
+  RETURN_IF_ERROR(WriteRecord(*box));
   auto unrecord = absl::MakeCleanup([&] { ::unlink(box->record_path.c_str()); });
   if (options_.on_start) RETURN_IF_ERROR(options_.on_start(spec.id, *box->sandbox, box->limits));
   // From here a failure also stops what on_start started (the probe), before `undo` runs.
   auto unstart = absl::MakeCleanup([&] {
     if (options_.on_destroy) options_.on_destroy(spec.id);
   });
+  if (box->sandbox->restart_grace_ms() > 0) {
+    if (options_.probe_pid) box->probe_pid = options_.probe_pid(spec.id);
+    if (box->probe_pid > 0) box->probe_start = StartTimeOf(box->probe_pid);
+    const std::string spool = SpoolPath(spec.id);
+    box->spool = std::make_shared<UniqueFd>(
+        ::open(spool.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600));
+    if (!*box->spool) return ErrnoStatus(absl::StrCat("create \"", spool, "\""));
+    RETURN_IF_ERROR(WriteRecord(*box));
+  }
   {
     absl::MutexLock lock(&mu_);
     if (boxes_.contains(spec.id)) {
@@ -349,7 +419,37 @@ absl::StatusOr<CleanupReport> KernelBackend::Destroy(absl::string_view id) {
   if (::unlink(box->record_path.c_str()) != 0 && errno != ENOENT) {
     report.residue.push_back(absl::StrCat("record \"", box->record_path, "\" not removed"));
   }
+  ::unlink(SpoolPath(box->id).c_str());
   return report;
+}
+
+std::string KernelBackend::SpoolPath(absl::string_view id) const {
+  return absl::StrCat(options_.state_dir, "/spool/", id);
+}
+
+absl::Status KernelBackend::WriteRecord(const Box& box) {
+  nlohmann::json record = {{"version", 1},
+                           {"id", box.id},
+                           {"agent_pid", ::getpid()},
+                           {"init_pid", box.sandbox->pid()},
+                           {"init_start", box.init_start},
+                           {"cgroups", box.sandbox->cgroup().paths()},
+                           {"restart_grace_ms", box.sandbox->restart_grace_ms()},
+                           {"probe_pid", box.probe_pid},
+                           {"probe_start", box.probe_start},
+                           {"mounts", box.mounts},
+                           {"cpus", box.limits.cpus}};
+  // Atomically: a reader (the next agent) sees the old record or the new one, never half.
+  const std::string tmp = absl::StrCat(box.record_path, ".tmp");
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << record.dump() << "\n";
+    if (!out) return absl::InternalError(absl::StrCat("write \"", tmp, "\""));
+  }
+  if (::rename(tmp.c_str(), box.record_path.c_str()) != 0) {
+    return ErrnoStatus(absl::StrCat("rename \"", tmp, "\" to \"", box.record_path, "\""));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> KernelBackend::Exec(absl::string_view id, const ExecRequest& request,
@@ -392,6 +492,7 @@ absl::StatusOr<std::string> KernelBackend::Exec(absl::string_view id, const Exec
     absl::MutexLock cb(&command->cb_mu);
     command->callbacks = std::move(callbacks);
   }
+  const bool kept = box->sandbox->restart_grace_ms() > 0;
   {
     absl::MutexLock lock(&mu_);
     if (box->dead) return absl::FailedPreconditionError(absl::StrCat("sandbox ", id, " has ended"));
@@ -403,9 +504,15 @@ absl::StatusOr<std::string> KernelBackend::Exec(absl::string_view id, const Exec
     command->err_token =
         AddWatchLocked(command->err.get(), Watch{.command = command, .is_stderr = true});
     box->commands[command->seq] = command;
+    if (kept && box->spool) {
+      // Before the loop may read output (it watches the pipes from here on).
+      command->spool = box->spool;
+      WriteFrame(command->spool->get(), 't', command->seq, request.tag);
+    }
   }
-  absl::Status sent = box->sandbox->SendExec(command->seq, cwd, {"/bin/sh", "-c", request.command},
-                                             env, dev_null_.get(), out_w.get(), err_w.get());
+  absl::Status sent = box->sandbox->SendExec(
+      command->seq, cwd, {"/bin/sh", "-c", request.command}, env, dev_null_.get(), out_w.get(),
+      err_w.get(), kept ? command->out.get() : -1, kept ? command->err.get() : -1);
   out_w.reset();
   err_w.reset();
   absl::MutexLock lock(&mu_);
@@ -553,6 +660,7 @@ void KernelBackend::HandleInitEvents(const std::shared_ptr<Box>& box) {
       }
       command->exited = true;
       command->wait_status = e.status;
+      if (!command->attached) continue;  // Reattach finishes it
     }
     FinishCommand(box, command, "");
   }
@@ -578,6 +686,10 @@ void KernelBackend::HandleOutput(const std::shared_ptr<Command>& command, bool i
   }
   absl::MutexLock cb(&command->cb_mu);
   if (command->finished) return;
+  if (command->spool) {
+    WriteFrame(command->spool->get(), is_stderr ? 'e' : 'o', command->seq,
+               absl::string_view(buf, static_cast<size_t>(n)));
+  }
   auto& sink = is_stderr ? command->callbacks.on_stderr : command->callbacks.on_stdout;
   if (sink) sink(absl::string_view(buf, static_cast<size_t>(n)));
 }
@@ -596,6 +708,8 @@ void KernelBackend::FinishCommand(const std::shared_ptr<Box>& box,
     out = std::move(command->out);
     err = std::move(command->err);
     box->commands.erase(command->seq);
+    // Nothing runs: what the spool holds is of ended commands only.
+    if (box->commands.empty() && box->spool && *box->spool) ::ftruncate(box->spool->get(), 0);
     if (command->start_failed) return;  // Exec returned the error; no callbacks
     if (command->exited) {
       exit = ExitFromStatus(command->wait_status);
@@ -786,6 +900,20 @@ absl::StatusOr<CleanupReport> KernelBackend::CleanLeftovers() {
         }
       }
     }
+    // A kept sandbox's cgroup is named after no agent: the stale-cgroup cleanup below does not
+    // see it, so it goes here.
+    for (const std::string& dir : dirs) {
+      if (!absl::StrContains(dir, absl::StrCat("/keep-", id))) continue;
+      absl::Status killed =
+          cgroupfs::KillUntilEmpty({dir}, cgroupfs::FreezeOps{}, cgroupfs::kKillTimeout);
+      absl::Status removed =
+          killed.ok() ? cgroupfs::RemoveTree(dir, cgroupfs::kRemoveTimeout) : killed;
+      if (removed.ok()) {
+        ++report.cgroups_removed;
+      } else {
+        report.residue.push_back(absl::StrCat("cgroup \"", dir, "\": ", removed.message()));
+      }
+    }
     if (::unlink(path.c_str()) == 0) ++report.workspaces_removed;
   }
   // The cgroups of sandboxes whose agent is gone (named "<dead pid>-<id>").
@@ -794,9 +922,277 @@ absl::StatusOr<CleanupReport> KernelBackend::CleanLeftovers() {
   if (!removed.ok()) {
     report.residue.push_back(absl::StrCat("stale cgroups: ", removed.status().message()));
   } else {
-    report.cgroups_removed = static_cast<int>(removed->size());
+    report.cgroups_removed += static_cast<int>(removed->size());
   }
   return report;
+}
+
+}  // namespace moat::agent
+
+namespace moat::agent {
+
+void KernelBackend::Release() {
+  // Those that cannot outlive the agent (no grace: egress, or none configured) end cleanly now.
+  std::vector<std::string> ending;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, box] : boxes_) {
+      if (box->sandbox->restart_grace_ms() == 0) ending.push_back(id);
+    }
+  }
+  for (const std::string& id : ending) Destroy(id).IgnoreError();
+  stop_ = true;
+  Wake();
+  if (loop_.joinable()) loop_.join();
+  absl::flat_hash_map<std::string, std::shared_ptr<Box>> boxes;
+  {
+    absl::MutexLock lock(&mu_);
+    boxes.swap(boxes_);
+    watches_.clear();
+  }
+  for (auto& [id, box] : boxes) {
+    absl::MutexLock io(&box->io_mu);
+    // Records and spool files stay for the next agent; without a grace init ends here.
+    box->sandbox->Release();
+  }
+}
+
+absl::StatusOr<std::vector<AdoptedSandboxInfo>> KernelBackend::Adopt() {
+  std::vector<AdoptedSandboxInfo> adopted;
+  if (options_.restart_grace <= absl::ZeroDuration()) return adopted;
+  const std::string dir = absl::StrCat(options_.state_dir, "/sandboxes");
+  DIR* records = ::opendir(dir.c_str());
+  if (records == nullptr) return ErrnoStatus(absl::StrCat("read \"", dir, "\""));
+  std::vector<std::string> names;
+  while (struct dirent* e = ::readdir(records)) {
+    std::string name = e->d_name;
+    if (absl::EndsWith(name, ".json")) names.push_back(name);
+  }
+  ::closedir(records);
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    const std::string id = name.substr(0, name.size() - 5);
+    if (!IsValidSandboxId(id)) continue;
+    absl::StatusOr<std::string> text = cgroupfs::ReadFile(absl::StrCat(dir, "/", name));
+    if (!text.ok()) continue;
+    AdoptedSandboxInfo info;
+    info.id = id;
+    absl::StatusOr<std::shared_ptr<Box>> box = AdoptOne(id, *text, &info);
+    if (!box.ok()) {
+      // CleanLeftovers cleans it, as a crashed agent's.
+      LogWarning(absl::StrCat("sandbox ", id, " not re-adopted: ", box.status().message()));
+      continue;
+    }
+    LogInfo(absl::StrCat("sandbox ", id, " re-adopted with ", info.commands.size(), " command(s)"));
+    adopted.push_back(std::move(info));
+  }
+  return adopted;
+}
+
+absl::StatusOr<std::shared_ptr<KernelBackend::Box>> KernelBackend::AdoptOne(
+    const std::string& id, const std::string& text, AdoptedSandboxInfo* info) {
+  nlohmann::json record = nlohmann::json::parse(text, nullptr, false);
+  if (!record.is_object() || record.value("version", 0) != 1) {
+    return absl::FailedPreconditionError("its record is of another version");
+  }
+  {
+    // Ours already (its init is connected to us: taking its socket would confuse both).
+    absl::MutexLock lock(&mu_);
+    if (boxes_.contains(id)) return absl::AlreadyExistsError("it is this backend's already");
+  }
+  const uint32_t grace_ms = record.value("restart_grace_ms", 0u);
+  if (grace_ms == 0) return absl::FailedPreconditionError("it was made without a restart grace");
+  const pid_t init = record.value("init_pid", 0);
+  const uint64_t init_start = record.value("init_start", uint64_t{0});
+  if (init <= 0 || init_start == 0 || StartTimeOf(init) != init_start) {
+    return absl::NotFoundError("its init is gone");
+  }
+  UniqueFd pidfd(PidfdOpen(init));
+  // Checked again with the pidfd held: the pid cannot be reused from here on.
+  if (!pidfd || StartTimeOf(init) != init_start) return absl::NotFoundError("its init is gone");
+
+  // Its cgroups, renamed after this agent (so that CleanupStaleCgroups keeps them). Only the
+  // sandbox's own: a damaged record must not name, say, a hierarchy's root.
+  std::vector<std::string> old_paths, paths;
+  if (record.contains("cgroups") && record["cgroups"].is_array()) {
+    for (const auto& cg : record["cgroups"]) {
+      if (!cg.is_string()) continue;
+      const std::string path = cg.get<std::string>();
+      if (!absl::StrContains(path, "/moat/") || !absl::EndsWith(path, absl::StrCat("-", id)) ||
+          absl::StrContains(path, "..")) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("its record names cgroup \"", path, "\", not one of a sandbox"));
+      }
+      old_paths.push_back(path);
+    }
+  }
+  if (old_paths.empty()) return absl::FailedPreconditionError("its record names no cgroup");
+  for (const std::string& path : old_paths) {
+    if (absl::StrContains(path, absl::StrCat("/keep-", id))) {
+      paths.push_back(path);  // named after no agent: kept as it is
+      continue;
+    }
+    const std::string renamed =
+        absl::StrCat(path.substr(0, path.rfind('/') + 1), ::getpid(), "-", id);
+    if (::rename(path.c_str(), renamed.c_str()) != 0) {
+      absl::Status error = ErrnoStatus(absl::StrCat("rename cgroup \"", path, "\""));
+      for (size_t i = 0; i < paths.size(); ++i) ::rename(paths[i].c_str(), old_paths[i].c_str());
+      return error;
+    }
+    paths.push_back(renamed);
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<AdoptedCgroup> cgroup, AdoptedCgroup::Open(paths));
+
+  // The supervisor's end of init's new socket. Right after the old agent died, init may not have
+  // seen the end of the old socket yet: that one is hung up; wait for the new one.
+  UniqueFd sync;
+  for (absl::Time give_up = absl::Now() + absl::Seconds(1);;) {
+    sync.reset(
+        static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), sandbox::kReaperSyncFd, 0)));
+    if (sync) {
+      struct pollfd p = {sync.get(), POLLOUT, 0};
+      if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR)) == 0) break;
+    }
+    if (absl::Now() > give_up) {
+      return absl::DeadlineExceededError("its init offered no socket to a new agent within 1 s");
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ::fcntl(sync.get(), F_SETFD, FD_CLOEXEC);
+
+  // The seccomp listener, from the old probe (which holds it as fd 5), which then goes.
+  UniqueFd listener;
+  const pid_t probe = record.value("probe_pid", -1);
+  const uint64_t probe_start = record.value("probe_start", uint64_t{0});
+  if (probe > 0 && probe_start != 0 && StartTimeOf(probe) == probe_start) {
+    UniqueFd probe_fd(PidfdOpen(probe));
+    if (probe_fd && StartTimeOf(probe) == probe_start) {
+      listener.reset(static_cast<int>(::syscall(SYS_pidfd_getfd, probe_fd.get(), 5, 0)));
+      ::syscall(SYS_pidfd_send_signal, probe_fd.get(), SIGKILL, nullptr, 0);
+    }
+  }
+
+  std::vector<sandbox::AdoptedCommand> commands;
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<sandbox::LiveSandbox> live,
+      sandbox::LiveSandbox::Adopt(init, std::move(pidfd), std::move(sync), std::move(cgroup),
+                                  std::move(listener), grace_ms, absl::Seconds(1), &commands));
+  auto box = std::make_shared<Box>();
+  box->id = id;
+  box->spec.id = id;
+  box->limits.cpus = record.value("cpus", 0.0);
+  box->sandbox = std::move(live);
+  box->init_start = init_start;
+  box->mounts = record.value("mounts", 0);
+  box->record_path = absl::StrCat(options_.state_dir, "/sandboxes/", id, ".json");
+  auto undo = absl::MakeCleanup([&] { box->sandbox->Destroy(); });
+  box->root.reset(
+      ::open(absl::StrCat("/proc/", init, "/root").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!box->root) return ErrnoStatus("open the sandbox's root from outside");
+  ASSIGN_OR_RETURN(box->mount_ns, NamespaceRef::Of(init, "mnt"));
+  if (absl::StatusOr<sandbox::CgroupUsage> usage = box->sandbox->cgroup().ReadUsage(); usage.ok()) {
+    box->oom_kills_seen = usage->oom_kills;
+  }
+
+  const std::string spooled = cgroupfs::ReadFile(SpoolPath(id)).value_or("");
+  box->spool = std::make_shared<UniqueFd>(
+      ::open(SpoolPath(id).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  std::vector<std::shared_ptr<Command>> adopted;
+  for (sandbox::AdoptedCommand& c : commands) {
+    auto command = std::make_shared<Command>();
+    command->seq = c.seq;
+    command->id = absl::StrCat("cmd-", c.seq);
+    command->begin = absl::Now();
+    command->started = true;
+    command->attached = false;
+    command->exited = c.exited;
+    command->wait_status = c.wait_status;
+    command->out = std::move(c.out);
+    command->err = std::move(c.err);
+    if (command->out) ::fcntl(command->out.get(), F_SETFL, O_NONBLOCK);
+    if (command->err) ::fcntl(command->err.get(), F_SETFL, O_NONBLOCK);
+    command->spool = box->spool;
+    AdoptedCommandInfo ci;
+    ci.command_id = command->id;
+    ci.exited = c.exited;
+    ReadFrames(spooled, [&](char type, uint32_t seq, absl::string_view data) {
+      if (seq != c.seq) return;
+      if (type == 't') {
+        ci.tag = std::string(data);
+      } else {
+        command->spooled.emplace_back(type, std::string(data));
+      }
+    });
+    info->commands.push_back(std::move(ci));
+    adopted.push_back(std::move(command));
+  }
+  if (options_.on_start) RETURN_IF_ERROR(options_.on_start(id, *box->sandbox, box->limits));
+  auto unstart = absl::MakeCleanup([&] {
+    if (options_.on_destroy) options_.on_destroy(id);
+  });
+  if (options_.probe_pid) box->probe_pid = options_.probe_pid(id);
+  if (box->probe_pid > 0) box->probe_start = StartTimeOf(box->probe_pid);
+  RETURN_IF_ERROR(WriteRecord(*box));
+  {
+    absl::MutexLock lock(&mu_);
+    if (boxes_.contains(id)) return absl::AlreadyExistsError("a sandbox of that id is running");
+    box->event_token = AddWatchLocked(box->sandbox->event_fd(), Watch{.box = box});
+    if (box->event_token == 0) return ErrnoStatus("watch the sandbox's init");
+    for (const std::shared_ptr<Command>& c : adopted) {
+      box->commands[c->seq] = c;
+      next_seq_ = std::max(next_seq_, c->seq + 1);
+    }
+    boxes_[id] = box;
+  }
+  std::move(undo).Cancel();
+  std::move(unstart).Cancel();
+  return box;
+}
+
+absl::Status KernelBackend::Reattach(absl::string_view id, absl::string_view command_id,
+                                     ExecCallbacks callbacks) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Box> box, Find(id));
+  std::shared_ptr<Command> command;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [seq, c] : box->commands) {
+      if (c->id == command_id && !c->attached) command = c;
+    }
+  }
+  if (command == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no adopted command \"", command_id, "\" in ", id));
+  }
+  {
+    // What the previous agent read, first; then the pipes.
+    std::vector<std::pair<char, std::string>> frames;
+    {
+      absl::MutexLock lock(&mu_);
+      frames.swap(command->spooled);
+    }
+    absl::MutexLock cb(&command->cb_mu);
+    command->callbacks = std::move(callbacks);
+    for (const auto& [type, data] : frames) {
+      if (type == 'o' && command->callbacks.on_stdout) command->callbacks.on_stdout(data);
+      if (type == 'e' && command->callbacks.on_stderr) command->callbacks.on_stderr(data);
+    }
+  }
+  bool exited;
+  {
+    absl::MutexLock lock(&mu_);
+    command->attached = true;
+    exited = command->exited || box->dead;
+    if (!exited) {
+      if (command->out) {
+        command->out_token = AddWatchLocked(command->out.get(), Watch{.command = command});
+      }
+      if (command->err) {
+        command->err_token =
+            AddWatchLocked(command->err.get(), Watch{.command = command, .is_stderr = true});
+      }
+    }
+  }
+  if (exited) FinishCommand(box, command, box->dead ? "the sandbox ended" : "");
+  return absl::OkStatus();
 }
 
 }  // namespace moat::agent

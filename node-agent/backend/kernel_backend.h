@@ -11,11 +11,23 @@
 //   processes   in the sandbox's pid namespace; init is a child of the agent, and exits when the
 //               agent's end of its socket closes (so a killed agent leaves no sandbox running)
 //   cgroup      <hierarchy>/moat/<agent pid>-<id>: CleanupStaleCgroups removes it once the
-//               agent's pid is gone
+//               agent's pid is gone; with a restart grace keep-<id> (found by its record)
 //   mounts      only in the sandbox's own mount namespace (its /workspace and /tmp are tmpfs
 //               there): nothing is mounted on the host, and the namespace dies with the last
 //               process. Destroy checks that no process is left in it.
-//   record      <state_dir>/sandboxes/<id>.json: init's pid and cgroup, for CleanLeftovers
+//   record      <state_dir>/sandboxes/<id>.json: init's pid and start time, cgroups, probe,
+//               restart grace; for Adopt and CleanLeftovers. Written atomically (rename).
+//   spool       <state_dir>/spool/<id>, with a restart grace: each running command's tag and
+//               every chunk of output the agent read, appended (emptied whenever nothing runs),
+//               so that a restarted agent has it (Adopt)
+//
+// Sandboxes that outlive their agent (restart_grace > 0, docs/agent.md): init keeps the
+// sandbox for the grace after its socket closes, holding each command's pipes (reaper.h). Release
+// closes the sockets without killing; the next agent's Adopt takes each sandbox whose init is
+// still the recorded one over: a new socket from init (pidfd_getfd), its cgroup (keep-<id>), the
+// seccomp listener from the old probe (which it then kills) for a new probe, and init's list of
+// commands with their pipes. Sandboxes with egress are not kept (the proxy lives in the agent):
+// they end with it, as without a grace.
 #pragma once
 
 #include <sys/types.h>
@@ -53,6 +65,10 @@ struct KernelBackendOptions {
   std::function<void(const std::string& id, bool allowed, const std::string& detail)> on_egress;
   // The probe's last heartbeat, for Probe(); InfinitePast when not given.
   std::function<absl::Time(const std::string& id)> last_heartbeat;
+  // > 0: sandboxes outlive a released or dead agent by this much (Release, Adopt).
+  absl::Duration restart_grace = absl::ZeroDuration();
+  // The pid of the sandbox's probe (after on_start), for the record; -1 or unset: none.
+  std::function<pid_t(const std::string& id)> probe_pid;
 };
 
 class KernelBackend final : public SandboxBackend {
@@ -84,6 +100,10 @@ class KernelBackend final : public SandboxBackend {
   absl::Status CheckNode() override;
   NodeUsage Usage() override;
   absl::StatusOr<CleanupReport> CleanLeftovers() override;
+  absl::StatusOr<std::vector<AdoptedSandboxInfo>> Adopt() override;
+  absl::Status Reattach(absl::string_view id, absl::string_view command_id,
+                        ExecCallbacks callbacks) override;
+  void Release() override;
 
   // The sandbox's init pid on the host (tests, the probe); -1 if unknown.
   pid_t InitPid(absl::string_view id) const;
@@ -111,6 +131,11 @@ class KernelBackend final : public SandboxBackend {
   void FinishCommand(const std::shared_ptr<Box>& box, const std::shared_ptr<Command>& command,
                      const std::string& error);
   absl::Duration EnforceDeadlines();  // returns the time until the next deadline
+  absl::Status WriteRecord(const Box& box);
+  // Takes over the sandbox of one record; its commands into `info`.
+  absl::StatusOr<std::shared_ptr<Box>> AdoptOne(const std::string& id, const std::string& text,
+                                                AdoptedSandboxInfo* info);
+  std::string SpoolPath(absl::string_view id) const;
 
   const KernelBackendOptions options_;
   const std::unique_ptr<sandbox::SandboxFactory> factory_;

@@ -76,8 +76,9 @@ class KernelBackendTest : public ::testing::Test {
     if (!state_dir_.empty()) std::filesystem::remove_all(state_dir_);
   }
 
-  std::unique_ptr<KernelBackend> MakeBackend() {
+  std::unique_ptr<KernelBackend> MakeBackend(absl::Duration restart_grace = absl::ZeroDuration()) {
     KernelBackendOptions options;
+    options.restart_grace = restart_grace;
     options.state_dir = state_dir_;
     options.audit_log = state_dir_ + "/audit.jsonl";
     absl::StatusOr<std::unique_ptr<KernelBackend>> backend = KernelBackend::Create(options);
@@ -701,6 +702,88 @@ TEST_F(KernelBackendTest, CleanLeftoversKillsWhatStillRunsInADeadAgentsCgroup) {
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
   for (const std::string& dir : dirs) EXPECT_FALSE(std::filesystem::exists(dir)) << dir;
   EXPECT_EQ(::kill(::getpid(), 0), 0);  // still here: the root cgroup was not swept
+}
+
+// A backend with a restart grace lets go of its sandboxes (Release) and a new one takes them over
+// (Adopt): the command started before goes on; Reattach delivers what the first backend read
+// (from the spool) and then the rest, and the exit status; files and new commands work.
+TEST_F(KernelBackendTest, ReleasedSandboxesAreAdoptedWithTheirCommands) {
+  backend_ = MakeBackend(absl::Seconds(20));
+  ASSERT_NE(backend_, nullptr);
+  ASSERT_TRUE(backend_->Create(Spec("sb-adopt")).ok());
+  ASSERT_TRUE(backend_->WriteFile("sb-adopt", "/workspace/f", "kept", 0644).ok());
+  Seen first;
+  ExecRequest request;
+  request.command = "for i in 1 2 3 4 5 6; do echo $i; sleep 0.2; done; echo oops >&2; exit 5";
+  request.tag = "my-tag";
+  absl::StatusOr<std::string> cid = backend_->Exec("sb-adopt", request, first.Callbacks());
+  ASSERT_TRUE(cid.ok()) << cid.status();
+  for (int i = 0; i < 100; ++i) {
+    {
+      absl::MutexLock l(&first.mu);
+      if (first.out.size() >= 4) break;  // "1\n2\n"
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const pid_t init = backend_->InitPid("sb-adopt");
+  backend_->Release();
+  backend_.reset();
+  EXPECT_FALSE(first.done.HasBeenNotified()) << "the released command was ended";
+  ASSERT_EQ(::kill(init, 0), 0) << "the sandbox ended with its backend";
+
+  backend_ = MakeBackend(absl::Seconds(20));
+  ASSERT_NE(backend_, nullptr);
+  absl::StatusOr<std::vector<AdoptedSandboxInfo>> adopted = backend_->Adopt();
+  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  ASSERT_EQ(adopted->size(), 1u);
+  EXPECT_EQ((*adopted)[0].id, "sb-adopt");
+  ASSERT_EQ((*adopted)[0].commands.size(), 1u);
+  EXPECT_EQ((*adopted)[0].commands[0].command_id, *cid);
+  EXPECT_EQ((*adopted)[0].commands[0].tag, "my-tag");
+  EXPECT_EQ(backend_->InitPid("sb-adopt"), init);
+  // Its cgroup is this process's now (the stale-cgroup cleanup keeps it).
+  absl::StatusOr<CleanupReport> left = backend_->CleanLeftovers();
+  ASSERT_TRUE(left.ok());
+  EXPECT_EQ(left->processes_killed, 0);
+
+  Seen second;
+  ASSERT_TRUE(backend_->Reattach("sb-adopt", *cid, second.Callbacks()).ok());
+  ASSERT_TRUE(second.Wait());
+  {
+    absl::MutexLock l(&second.mu);
+    EXPECT_EQ(second.out, "1\n2\n3\n4\n5\n6\n");
+    EXPECT_EQ(second.err, "oops\n");
+    EXPECT_EQ(second.exit.exit_code, 5);
+  }
+  EXPECT_EQ(backend_->Reattach("sb-adopt", *cid, Seen().Callbacks()).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(*backend_->ReadFile("sb-adopt", "/workspace/f", 0, 100), "kept");
+  Seen next;
+  Exec("sb-adopt", "echo again", next);
+  ASSERT_TRUE(next.Wait());
+  EXPECT_EQ(next.out, "again\n");
+  absl::StatusOr<CleanupReport> report = backend_->Destroy("sb-adopt");
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->clean()) << report->ToString();
+  EXPECT_NE(::kill(init, 0), 0);
+  EXPECT_FALSE(std::filesystem::exists(state_dir_ + "/spool/sb-adopt"));
+}
+
+// Without a grace, Release ends the sandboxes (destroyed, records removed); nothing is adopted.
+TEST_F(KernelBackendTest, WithoutAGraceNothingOutlivesTheBackend) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-noadopt")).ok());
+  const pid_t init = backend_->InitPid("sb-noadopt");
+  backend_->Release();
+  backend_.reset();
+  for (int i = 0; i < 250 && ::kill(init, 0) == 0; ++i) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_NE(::kill(init, 0), 0);
+  backend_ = MakeBackend(absl::Seconds(20));
+  ASSERT_NE(backend_, nullptr);
+  absl::StatusOr<std::vector<AdoptedSandboxInfo>> adopted = backend_->Adopt();
+  ASSERT_TRUE(adopted.ok());
+  EXPECT_TRUE(adopted->empty());
+  ASSERT_TRUE(backend_->CleanLeftovers().ok());
+  EXPECT_TRUE(std::filesystem::is_empty(state_dir_ + "/sandboxes"));
 }
 
 }  // namespace

@@ -116,7 +116,7 @@ absl::StatusOr<ControllerJoinConfig> ParseControllerJoin(const Reader& r, const 
 absl::StatusOr<AgentConfig> ParseRoot(const Reader& r, const YAML::Node& root) {
   RETURN_IF_ERROR(r.CheckMap(root, "",
                              {"listen", "tls", "token_file", "state_dir", "heartbeat", "recycle",
-                              "pool", "api", "profiles", "controller"}));
+                              "restart_grace", "pool", "api", "profiles", "controller"}));
   AgentConfig config;
   if (const YAML::Node listen = root["listen"]) {
     RETURN_IF_ERROR(r.CheckMap(listen, "listen", {"address", "port"}));
@@ -137,6 +137,10 @@ absl::StatusOr<AgentConfig> ParseRoot(const Reader& r, const YAML::Node& root) {
   ASSIGN_OR_RETURN(config.token_file, r.AbsolutePath(root["token_file"], "token_file"));
   if (root["state_dir"]) {
     ASSIGN_OR_RETURN(config.state_dir, r.AbsolutePath(root["state_dir"], "state_dir"));
+  }
+  if (root["restart_grace"]) {
+    ASSIGN_OR_RETURN(config.restart_grace, r.Duration(root["restart_grace"], "restart_grace",
+                                                      absl::ZeroDuration(), absl::Hours(1)));
   }
   if (const YAML::Node hb = root["heartbeat"]) {
     RETURN_IF_ERROR(r.CheckMap(hb, "heartbeat", {"interval", "misses"}));

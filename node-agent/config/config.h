@@ -7,6 +7,7 @@
 //   state_dir: /var/lib/moat-agent
 //   heartbeat: {interval: 5s, misses: 3}
 //   recycle: {per_second: 10}
+//   restart_grace: 60s    # sandboxes outlive a stopped or killed agent this long (0s: never)
 //   pool: {refill_concurrency: 1}         # warm sandboxes made at once, all profiles together
 //   api: {max_request_bytes: 1MiB, default_ttl: 30m, max_ttl: 24h}
 //   profiles:
@@ -68,6 +69,9 @@ struct AgentConfig {
   absl::Duration heartbeat_interval = absl::Seconds(5);
   int heartbeat_misses = 3;
   double recycle_per_second = 10;
+  // How long a sandbox waits for a restarted agent to re-adopt it (docs/agent.md); zero: an
+  // agent's stop or death ends its sandboxes.
+  absl::Duration restart_grace = absl::Seconds(60);
   // How many warm-pool sandboxes are made at the same time (docs/pool.md): 1 or 2 keep the
   // refill from starving the sandboxes that run.
   int pool_refill_concurrency = 1;

@@ -29,6 +29,7 @@ TEST(ConfigTest, MinimalFileGetsTheDefaults) {
   EXPECT_EQ(config->token_file, "/etc/moat/agent.token");
   EXPECT_EQ(config->heartbeat_interval, absl::Seconds(5));
   EXPECT_EQ(config->heartbeat_misses, 3);
+  EXPECT_EQ(config->restart_grace, absl::Seconds(60));
   ASSERT_EQ(config->profiles.size(), 1u);
   EXPECT_EQ(config->profiles[0].root_dir, "/");
   EXPECT_EQ(config->profiles[0].limits, Limits{});
@@ -42,6 +43,7 @@ token_file: /etc/moat/agent.token
 state_dir: /srv/moat
 heartbeat: {interval: 250ms, misses: 4}
 recycle: {per_second: 2.5}
+restart_grace: 0s
 api: {max_request_bytes: 64KiB, default_ttl: 10m, max_ttl: 2h}
 profiles:
   - name: python
@@ -60,6 +62,7 @@ profiles:
   EXPECT_EQ(config->state_dir, "/srv/moat");
   EXPECT_EQ(config->heartbeat_interval, absl::Milliseconds(250));
   EXPECT_EQ(config->heartbeat_misses, 4);
+  EXPECT_EQ(config->restart_grace, absl::ZeroDuration());
   EXPECT_DOUBLE_EQ(config->recycle_per_second, 2.5);
   EXPECT_EQ(config->max_request_bytes, 64u * 1024);
   EXPECT_EQ(config->default_ttl, absl::Minutes(10));

@@ -53,6 +53,17 @@ absl::Status Registry::Insert(SandboxRecord record) {
   return absl::OkStatus();
 }
 
+absl::Status Registry::Restore(SandboxRecord record) {
+  record.state = SandboxState::kReady;
+  record.last_transition = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  std::string id = record.id;
+  if (!records_.try_emplace(id, std::move(record)).second) {
+    return absl::AlreadyExistsError(absl::StrCat("sandbox \"", id, "\" already exists"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SandboxRecord> Registry::Get(absl::string_view id) const {
   absl::MutexLock lock(&mu_);
   auto it = records_.find(id);

@@ -56,6 +56,8 @@ class Registry {
 
   // Adds a record; sets created/last_transition to now. AlreadyExists if the id is taken.
   absl::Status Insert(SandboxRecord record);
+  // Adds a record as it was (a re-adopted sandbox's: created is kept), in state ready.
+  absl::Status Restore(SandboxRecord record);
   absl::StatusOr<SandboxRecord> Get(absl::string_view id) const;
   std::vector<SandboxRecord> List() const;  // Sorted by creation time, then id.
   absl::Status SetState(absl::string_view id, SandboxState state);

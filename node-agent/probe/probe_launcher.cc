@@ -127,6 +127,15 @@ void ProbeLauncher::Stop(const std::string& id) {
   }
 }
 
+void ProbeLauncher::ReleaseAll() {
+  std::map<std::string, pid_t> probes;
+  {
+    absl::MutexLock lock(&mu_);
+    probes.swap(probes_);
+  }
+  for (const auto& [id, pid] : probes) monitor_->Forget(id);
+}
+
 pid_t ProbeLauncher::ProbePid(const std::string& id) const {
   absl::MutexLock lock(&mu_);
   auto it = probes_.find(id);

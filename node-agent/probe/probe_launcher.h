@@ -37,6 +37,9 @@ class ProbeLauncher {
                      const sandbox::Limits& limits);
   // Stops watching, kills the probe and reaps it. Idempotent.
   void Stop(const std::string& id);
+  // Stops watching every probe but leaves them running, for the next agent (which takes the
+  // seccomp listener from a probe, fd 5, and then kills it: KernelBackend::Adopt).
+  void ReleaseAll();
 
   // The probe's pid (tests stop it with SIGSTOP); -1 if none.
   pid_t ProbePid(const std::string& id) const;

@@ -3,7 +3,7 @@
 // idle sandbox, and what every command is cloned from, is a tiny process rather than a copy of
 // the whole daemon. The filter, the namespaces and the dropped capabilities stay across exec.
 //
-//   moat-init --sync-fd=3 [--rlimit=RESOURCE:SOFT:HARD]...
+//   moat-init --sync-fd=3 [--rlimit=RESOURCE:SOFT:HARD]... [--restart-grace-ms=N]
 #include <sys/prctl.h>
 #include <sys/resource.h>
 
@@ -21,11 +21,17 @@ int main(int argc, char** argv) {
   // its memory. First thing, before any command exists.
   ::prctl(PR_SET_DUMPABLE, 0);
   int sync_fd = -1;
+  uint32_t restart_grace_ms = 0;
   std::vector<moat::sandbox::RlimitSetting> rlimits;
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
     if (absl::ConsumePrefix(&arg, "--sync-fd=")) {
       if (!absl::SimpleAtoi(arg, &sync_fd)) sync_fd = -1;
+    } else if (absl::ConsumePrefix(&arg, "--restart-grace-ms=")) {
+      if (!absl::SimpleAtoi(arg, &restart_grace_ms)) {
+        std::fprintf(stderr, "moat-init: bad --restart-grace-ms \"%s\"\n", argv[i]);
+        return 125;
+      }
     } else if (absl::ConsumePrefix(&arg, "--rlimit=")) {
       std::vector<absl::string_view> parts = absl::StrSplit(arg, ':');
       int resource = 0;
@@ -46,5 +52,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "moat-init: --sync-fd=N is required (it is started by moat-agent)\n");
     return 125;
   }
-  moat::sandbox::RunReaper(sync_fd, rlimits.data(), rlimits.size());
+  moat::sandbox::RunReaper(sync_fd, rlimits.data(), rlimits.size(), restart_grace_ms);
 }

@@ -1,0 +1,242 @@
+// Sandboxes that outlive their agent (docs/agent.md, "Sandboxes that outlive their agent"): the
+// real daemon is stopped (SIGTERM) or killed (SIGKILL) while a command runs, and a new one on the
+// same state directory re-adopts the sandbox: the command goes on, its output from before and
+// after the restart and its exit status are served, and the sandbox takes new commands. A
+// sandbox nobody re-adopts within the grace ends itself and is cleaned at the next start.
+#include <httplib.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "e2e/agent/agent_harness.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moat::e2e {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+class AdoptionE2eTest : public ::testing::Test {
+ protected:
+  // The host's moat cgroups of sandbox `id`, whatever they are named after.
+  static std::vector<std::string> CgroupsOf(const std::string& id) {
+    std::vector<std::string> found;
+    for (const std::string& cgroup : SnapshotHost().moat_cgroups) {
+      if (cgroup.size() >= id.size() &&
+          cgroup.compare(cgroup.size() - id.size(), id.size(), id) == 0) {
+        found.push_back(cgroup);
+      }
+    }
+    return found;
+  }
+
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "the agent makes real sandboxes: run as root";
+    if (::access(AgentBinary().c_str(), X_OK) != 0) FAIL() << "no moat-agent at " << AgentBinary();
+  }
+
+  std::unique_ptr<AgentProcess> StartAgent(const AgentSetup& setup,
+                                           const std::string& state_dir = "") {
+    absl::StatusOr<std::unique_ptr<AgentProcess>> agent = AgentProcess::Start(setup, state_dir);
+    EXPECT_TRUE(agent.ok()) << agent.status();
+    return agent.ok() ? *std::move(agent) : nullptr;
+  }
+
+  // GET on the per-sandbox API; (status, body).
+  static std::pair<int, std::string> Execd(AgentProcess& agent, const std::string& id,
+                                           const std::string& token, const std::string& path) {
+    httplib::Client client("127.0.0.1", agent.port());
+    client.set_read_timeout(10, 0);
+    httplib::Result res = client.Get(absl::StrCat("/v1/sandboxes/", id, "/execd", path),
+                                     httplib::Headers{{"X-EXECD-ACCESS-TOKEN", token}});
+    if (!res) return {0, ""};
+    return {res->status, res->body};
+  }
+
+  // A command that prints 1..30 over ~6 s and exits 3, started in the background; its id.
+  static std::string StartCounter(AgentProcess& agent, const std::string& id,
+                                  const std::string& token, const std::string& marker) {
+    CommandRun run = agent.Run(
+        id, token,
+        absl::StrCat("for i in $(seq 30); do echo $i; sleep 0.2; done; exit 3 # ", marker), nullptr,
+        R"({"background": true})");
+    EXPECT_EQ(run.http_status, 200);
+    for (const nlohmann::json& e : run.events) {
+      if (e.value("type", "") == "init") return e.value("text", "");
+    }
+    ADD_FAILURE() << "no init event";
+    return "";
+  }
+
+  // Waits until the command has ended; its status body.
+  static nlohmann::json WaitEnded(AgentProcess& agent, const std::string& id,
+                                  const std::string& token, const std::string& command) {
+    nlohmann::json status;
+    for (int i = 0; i < 300; ++i) {
+      auto [code, body] = Execd(agent, id, token, "/command/status/" + command);
+      status = nlohmann::json::parse(body, nullptr, false);
+      if (code == 200 && status.is_object() && !status.value("running", true)) return status;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ADD_FAILURE() << "command " << command << " did not end: " << status.dump();
+    return status;
+  }
+
+  // Restart with a command across it: `kill_signal` ends the first agent.
+  void CommandCarriesOverARestart(int kill_signal) {
+    const std::string marker = absl::StrCat("adopt", ::getpid(), "x", kill_signal);
+    const AgentSetup setup{.restart_grace = "30s"};
+    std::unique_ptr<AgentProcess> agent = StartAgent(setup);
+    ASSERT_NE(agent, nullptr);
+    auto sandbox = agent->CreateSandbox();
+    ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+    const auto& [id, token] = *sandbox;
+    agent->Run(id, token, "echo kept > /workspace/f");
+    const std::string command = StartCounter(*agent, id, token, marker);
+    ASSERT_FALSE(command.empty());
+    absl::SleepFor(absl::Seconds(1));  // a few lines are read by the first agent
+    const std::string state_dir = agent->state_dir();
+    agent->KeepDirectory();
+    if (kill_signal == SIGTERM) {
+      agent->Stop();
+    } else {
+      agent->Kill(kill_signal);
+    }
+    // The command goes on without an agent.
+    absl::SleepFor(absl::Milliseconds(500));
+    EXPECT_FALSE(ProcessesWith(marker).empty()) << "the sandbox ended with its agent";
+
+    std::unique_ptr<AgentProcess> restarted = StartAgent(setup, state_dir);
+    ASSERT_NE(restarted, nullptr);
+    EXPECT_THAT(restarted->Log(), HasSubstr(absl::StrCat("sandbox ", id, " is served again")));
+    EXPECT_EQ(restarted->Node("GET", "/v1/sandboxes/" + id).first, 200);
+
+    const nlohmann::json status = WaitEnded(*restarted, id, token, command);
+    EXPECT_EQ(status.value("exit_code", -1), 3) << status.dump();
+    auto [code, logs] = Execd(*restarted, id, token, "/command/" + command + "/logs");
+    EXPECT_EQ(code, 200);
+    std::vector<std::string> expected;
+    for (int i = 1; i <= 30; ++i) expected.push_back(std::to_string(i));
+    EXPECT_EQ(logs, absl::StrJoin(expected, "\n") + "\n");
+
+    // The same sandbox, its files kept, takes new commands.
+    CommandRun after = restarted->Run(id, token, "cat /workspace/f");
+    EXPECT_EQ(after.stdout_text, "kept\n");
+    // And a wrong token is still refused.
+    EXPECT_EQ(Execd(*restarted, id, "not-the-token", "/command/status/" + command).first, 401);
+
+    auto [deleted, report] = restarted->Node("DELETE", "/v1/sandboxes/" + id);
+    EXPECT_EQ(deleted, 200) << report.dump();
+    EXPECT_THAT(ProcessesWith(marker), IsEmpty());
+    EXPECT_THAT(CgroupsOf(id), IsEmpty());
+    restarted.reset();
+    std::filesystem::remove_all(std::filesystem::path(state_dir).parent_path());
+  }
+};
+
+TEST_F(AdoptionE2eTest, CommandRunsAcrossStopAndStart) { CommandCarriesOverARestart(SIGTERM); }
+
+TEST_F(AdoptionE2eTest, CommandRunsAcrossKillAndStart) { CommandCarriesOverARestart(SIGKILL); }
+
+// Nobody re-adopts the sandbox: it lives through the grace, then ends itself; the next agent
+// cleans its cgroups and records and does not serve it.
+TEST_F(AdoptionE2eTest, SandboxEndsItselfAfterTheGrace) {
+  const std::string marker = absl::StrCat("7", ::getpid(), "29");
+  const AgentSetup setup{.restart_grace = "2s"};
+  std::unique_ptr<AgentProcess> agent = StartAgent(setup);
+  ASSERT_NE(agent, nullptr);
+  auto sandbox = agent->CreateSandbox();
+  ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+  CommandRun bg = agent->Run(sandbox->first, sandbox->second, absl::StrCat("sleep 1000.", marker),
+                             nullptr, R"({"background": true})");
+  EXPECT_EQ(bg.http_status, 200);
+  for (int i = 0; i < 100 && ProcessesWith(marker).empty(); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_FALSE(ProcessesWith(marker).empty());
+  const pid_t old_pid = agent->pid();
+  const std::string state_dir = agent->state_dir();
+  agent->KeepDirectory();
+  agent->Kill(SIGKILL);
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_FALSE(ProcessesWith(marker).empty()) << "the sandbox did not wait for the grace";
+  for (int i = 0; i < 250 && !ProcessesWith(marker).empty(); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_THAT(ProcessesWith(marker), IsEmpty()) << "the sandbox outlived its grace";
+
+  std::unique_ptr<AgentProcess> restarted = StartAgent(setup, state_dir);
+  ASSERT_NE(restarted, nullptr);
+  EXPECT_THAT(restarted->Log(), HasSubstr("cleaned what a previous agent left"));
+  EXPECT_THAT(AgentCgroups(old_pid), IsEmpty());
+  EXPECT_THAT(CgroupsOf(sandbox->first), IsEmpty());
+  EXPECT_TRUE(std::filesystem::is_empty(state_dir + "/sandboxes"));
+  EXPECT_EQ(restarted->Node("GET", "/v1/sandboxes/" + sandbox->first).first, 404);
+  restarted.reset();
+  std::filesystem::remove_all(std::filesystem::path(state_dir).parent_path());
+}
+
+// The adopted sandbox is watched as before: a new probe (the old one is gone) answers its seccomp
+// notifications (a forbidden call is still a violation event), and stopping that probe gets the
+// sandbox declared compromised and recycled.
+TEST_F(AdoptionE2eTest, AdoptedSandboxIsWatchedByANewProbe) {
+  const AgentSetup setup{.heartbeat = "200ms", .restart_grace = "30s"};
+  std::unique_ptr<AgentProcess> agent = StartAgent(setup);
+  ASSERT_NE(agent, nullptr);
+  auto sandbox = agent->CreateSandbox();
+  ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+  const auto& [id, token] = *sandbox;
+  std::vector<pid_t> old_probes;
+  for (int i = 0; i < 200 && old_probes.empty(); ++i) {
+    old_probes = ProbesOf(id);
+    if (old_probes.empty()) absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(old_probes.size(), 1u);
+  const std::string state_dir = agent->state_dir();
+  agent->KeepDirectory();
+  agent->Kill(SIGKILL);
+
+  std::unique_ptr<AgentProcess> restarted = StartAgent(setup, state_dir);
+  ASSERT_NE(restarted, nullptr);
+  std::vector<pid_t> probes;
+  for (int i = 0; i < 200; ++i) {
+    probes = ProbesOf(id);
+    if (probes.size() == 1 && probes[0] != old_probes[0]) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(probes.size(), 1u);
+  EXPECT_NE(probes[0], old_probes[0]) << "the old probe was kept";
+
+  CommandRun run = restarted->Run(id, token, "unshare -U true; echo after=$?");
+  EXPECT_EQ(run.stdout_text, "after=1\n");
+  bool violation = false;
+  for (int i = 0; i < 100 && !violation; ++i) {
+    auto [code, events] = restarted->Node("GET", "/v1/events");
+    for (const auto& e : events["events"]) {
+      violation |= e["sandbox_id"] == id && e["type"] == "violation" && e["detail"] == "unshare";
+    }
+    if (!violation) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(violation) << "the new probe does not answer the sandbox's seccomp notifications";
+
+  ASSERT_EQ(::kill(probes[0], SIGSTOP), 0);
+  int status = 200;
+  for (int i = 0; i < 100 && status == 200; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    status = restarted->Node("GET", "/v1/sandboxes/" + id).first;
+  }
+  EXPECT_EQ(status, 404) << "the adopted sandbox was not recycled when its probe stopped";
+  EXPECT_THAT(restarted->Log(), HasSubstr(absl::StrCat("sandbox ", id, " is compromised")));
+  restarted.reset();
+  std::filesystem::remove_all(std::filesystem::path(state_dir).parent_path());
+}
+
+}  // namespace
+}  // namespace moat::e2e
