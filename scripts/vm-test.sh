@@ -8,10 +8,14 @@
 # env:   TESTS="a_test b_test"  binaries of build/tests to run (default: the kernel-facing set
 #                               below; TESTS=all for every binary)
 #        GTEST_FILTER           default: leave out the speed assertions listed below
+#        ROOTLESS=0             leave out the rootless checks (scripts/vm/guest-rootless.sh:
+#                               `moat run` as the ordinary user moatuser in a delegated scope)
 #        JOBS=2 (binaries at once inside), SMP=2, MEM=4G, TIMEOUT=2400 (seconds, whole VM)
 #        ACCEL=kvm|tcg          default kvm only with hardware virtualization (kvm_intel/kvm_amd):
 #                               a paravirtual /dev/kvm (kvm_pvm) cannot boot Debian's kernel
 #        MIRROR                 Debian mirror for the image (default deb.debian.org)
+#        VM_RUN=FILE            run this shell script inside instead of the tests (debugging: it
+#                               finds the checkout at $ROOTDIR, writes to /mnt/host = build/vm/run)
 # cache: build/vm/amd64-<hash of scripts/vm/build-image.sh>/ (the image; rebuilt when that file,
 #        which holds the package list, changes), build/vm/debs/ (downloaded packages)
 # logs:  build/vm/run/console.log (serial console), build/vm/run/tests/NAME.log, summary.txt
@@ -60,12 +64,15 @@ filter=${GTEST_FILTER-"-$speed"}
 share=build/vm/run
 rm -rf "$share"; mkdir -p "$share"
 share=$(realpath "$share")
-cp scripts/vm/guest-tests.sh "$share/"
+cp scripts/vm/guest-tests.sh scripts/vm/guest-rootless.sh "$share/"
 printf '%s\n' "$ROOTDIR" > "$share/src-mountpoint"
 cat > "$share/run.sh" <<RUN
-ROOTDIR='$ROOTDIR' TESTS='$TESTS' JOBS=${JOBS:-2} GTEST_FILTER='$filter' \
+ROOTDIR='$ROOTDIR' TESTS='$TESTS' JOBS=${JOBS:-2} GTEST_FILTER='$filter' ROOTLESS=${ROOTLESS:-1} \
   PER_TEST_TIMEOUT=${PER_TEST_TIMEOUT:-900} sh /mnt/host/guest-tests.sh
 RUN
+if [ -n "${VM_RUN:-}" ]; then
+  { echo "export ROOTDIR='$ROOTDIR'"; cat "$VM_RUN"; } > "$share/run.sh"
+fi
 
 # --- boot -------------------------------------------------------------------------------------
 if [ -z "${ACCEL:-}" ]; then

@@ -41,7 +41,8 @@ class World {
     ::close(in[0]);
     stdin_ = in[1];
     const std::string ready = dir_->Path("ready.json");
-    if (!Eventually([&] { return PathExists(ready); }, 20)) return;
+    // It makes an RSA key first: ~1 s here, up to a minute under emulation (the VM lane).
+    if (!Eventually([&] { return PathExists(ready); }, 120)) return;
     nlohmann::json j = nlohmann::json::parse(ReadFile(ready));
     dns_ = j["dns"];
     http_ = j["http"];

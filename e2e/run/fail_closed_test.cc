@@ -2,6 +2,7 @@
 // names the step, and the command does not run at all (it would print a marker and create a file
 // in a writable workspace).
 #include <gmock/gmock.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/mount.h>
@@ -147,6 +148,18 @@ TEST_F(FailClosedTest, MissingCgroupHierarchy) {
            ::mount("none", "/sys/fs/cgroup", "tmpfs", 0, "size=4k") == 0;
   };
   ExpectRefused({}, "cgroup", options);
+}
+
+// An ordinary user where no cgroup is delegated to it (the dev machine: cgroup v1; the VM lane:
+// no user manager for nobody): refused before any step, naming the step and the fix.
+TEST_F(FailClosedTest, OrdinaryUserWithoutADelegatedCgroup) {
+  MoatOptions options;
+  options.before_exec = [] {
+    return ::setgroups(0, nullptr) == 0 && ::setresgid(65534, 65534, 65534) == 0 &&
+           ::setresuid(65534, 65534, 65534) == 0;
+  };
+  ExpectRefused({}, "rootless cgroup: moat runs as uid 65534 (not root)", options);
+  ExpectRefused({}, "or run moat as root", options);
 }
 
 // moat is visible (read-only) inside (a copy in the scratch directory, which the sandbox sees

@@ -89,6 +89,7 @@ struct MoatOptions {
   int stdout_fd = -1;
   int stderr_fd = -1;
   // The harness kills moat (SIGKILL) after this long and fails the test: a hung moat is a bug.
+  // Multiplied by HangScale().
   double kill_after_seconds = 30;
   // Runs in the child just before moat is executed (e.g. to change its mount namespace); if it
   // returns false the child exits with status 126.
@@ -127,6 +128,11 @@ class MoatProcess {
   double started_ = 0;
   bool reaped_ = false;
 };
+
+// $MOAT_E2E_TIME_SCALE (1 to 20; default 1): the factor for the harness's hang deadlines, set
+// where every process is many times slower than real hardware (the VM lane's emulation, where
+// fork costs 20-50x). Never applied to what a test asserts about moat itself.
+double HangScale();
 
 // `moat <args...>` to completion.
 MoatResult RunMoat(const std::vector<std::string>& args, const MoatOptions& options = {});

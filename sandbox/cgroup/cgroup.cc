@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -138,6 +139,11 @@ const std::string& V2Parent(const CgroupLayout& layout) {
 
 // Whether systemd marked the cgroup directory as delegated (systemd 251+ sets the xattr on the
 // cgroup of a unit with Delegate=yes: trusted.* for the system manager, user.* for a user's).
+bool OwnedBy(const std::string& path, uid_t uid) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && st.st_uid == uid;
+}
+
 bool MarkedDelegated(const std::string& dir) {
   for (const char* name : {"trusted.delegate", "user.delegate"}) {
     char value[8] = {};
@@ -349,7 +355,16 @@ V2Placement ReadV2Placement(const std::string& v2_mount) {
     }
   }
   if (!placement.own_cgroup.empty()) {
-    placement.own_delegated = MarkedDelegated(v2_mount + placement.own_cgroup);
+    const std::string dir = v2_mount + placement.own_cgroup;
+    placement.own_delegated = MarkedDelegated(dir);
+    // An ordinary user: the kernel's own sign of delegation (cgroup-v2.rst, "Delegation") is the
+    // directory, cgroup.procs and cgroup.subtree_control being the user's. systemd 252's user
+    // manager marks a Delegate=yes scope with no xattr (measured on Debian 12).
+    if (!placement.own_delegated && ::geteuid() != 0) {
+      placement.own_delegated = OwnedBy(dir, ::geteuid()) &&
+                                OwnedBy(dir + "/cgroup.procs", ::geteuid()) &&
+                                OwnedBy(dir + "/cgroup.subtree_control", ::geteuid());
+    }
   }
   return placement;
 }

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "sandbox/cli/rootless.h"
 #include "sandbox/cli/run_flags.h"
 #include "sandbox/host_view.h"
 #include "sandbox/isolation.h"
@@ -59,6 +60,11 @@ absl::StatusOr<sandbox::RunRequest> BuildRequest(const RunFlags& flags) {
                      sandbox::ResolvePolicyPath(*flags.workspace, inputs.invocation));
   }
   isolation_inputs.working_dir = working_dir;
+  // The default log: root's under /var/lib/moat, a user's under $XDG_STATE_HOME (rootless.h).
+  if (!audit_log && ::geteuid() != 0) {
+    audit_log = StatePathsFor(CurrentStateEnv(sources.paths.home)).audit_log;
+    MakeParentDirs(*audit_log);
+  }
   isolation_inputs.audit_log = std::move(audit_log);
   ASSIGN_OR_RETURN(sandbox::Isolation isolation, sandbox::IsolationFor(policy, isolation_inputs));
 
@@ -142,9 +148,17 @@ int RunCommandMain(const std::vector<std::string>& args) {
   int cancel_fd = ::signalfd(-1, &stop_signals, SFD_CLOEXEC);
   if (cancel_fd < 0) return Fail("cannot watch for interrupts (signalfd)");
 
+  // An ordinary user: refused here, before any step, where no cgroup is delegated to it.
+  if (::geteuid() != 0) {
+    absl::StatusOr<RootlessHost> host = CurrentRootlessHost();
+    if (!host.ok()) return Fail(host.status().message());
+    if (absl::Status s = CheckRootlessCgroup(*host); !s.ok()) return Fail(s.message());
+  }
   // The runner first: it starts the slow cgroup warm-up, which then overlaps the policy work.
   // MOAT_NETNS_POOL: where network namespaces made ahead wait (netns_pool.h); "off" for none.
+  // Default: root's /run/moat/netns; none for a user (rootless.h).
   sandbox::RunnerOptions runner_options;
+  runner_options.netns_pool_dir = StatePathsFor(CurrentStateEnv(HomeDirectory())).netns_pool_dir;
   if (const char* pool = std::getenv("MOAT_NETNS_POOL"); pool != nullptr) {
     runner_options.netns_pool_dir = std::strcmp(pool, "off") == 0 ? "" : pool;
   }

@@ -24,6 +24,9 @@ SIZE=${SIZE:-4G}
 PKGS=linux-image-amd64,systemd-sysv,udev,kmod,procps,iproute2,util-linux,python3,curl,openssl
 PKGS+=,file,libcpp-httplib0.11,libprometheus-cpp-core1.0,libprometheus-cpp-pull1.0,libssl3
 PKGS+=,libbrotli1,zlib1g,libabsl20220623,libyaml-cpp0.7,libseccomp2,cmake
+# The rootless lane: logind and a user manager (user@.service) reached over D-Bus, for an
+# ordinary user with lingering.
+PKGS+=,dbus,dbus-user-session,libpam-systemd
 
 ROOT=$OUT/rootfs
 mkdir -p "$OUT" "$DEBCACHE"
@@ -37,6 +40,10 @@ echo vmlane > "$ROOT/etc/hostname"
 printf '127.0.0.1 localhost\n127.0.1.1 vmlane\n::1 localhost\n' > "$ROOT/etc/hosts"
 printf 'LABEL=vmroot / ext4 rw,noatime 0 0\n' > "$ROOT/etc/fstab"
 chroot "$ROOT" passwd -d root >/dev/null
+# The ordinary user of the rootless tests, with lingering: its systemd user manager
+# (user@1000.service, which systemd delegates cpu, memory and pids to) starts at boot.
+chroot "$ROOT" useradd -m -u 1000 -s /bin/sh moatuser
+mkdir -p "$ROOT/var/lib/systemd/linger" && touch "$ROOT/var/lib/systemd/linger/moatuser"
 printf '9p\n9pnet_virtio\n' > "$ROOT/etc/modules-load.d/9p.conf"
 # Root on the serial console without a password, for debugging (boot without vmlane.target).
 mkdir -p "$ROOT/etc/systemd/system/serial-getty@ttyS0.service.d"

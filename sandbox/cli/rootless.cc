@@ -1,0 +1,126 @@
+#include "sandbox/cli/rootless.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "sandbox/cgroup/cgroup.h"
+#include "sandbox/egress/sandbox_egress.h"
+#include "sandbox/netns/netns_pool.h"
+#include "util/status_macros.h"
+
+namespace moat::cli {
+namespace {
+
+std::string Env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : "";
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace
+
+StatePaths StatePathsFor(const StateEnv& env) {
+  if (env.euid == 0) {
+    return {.audit_log = egress::kDefaultAuditLog,
+            .netns_pool_dir = sandbox::NetnsPool::kDefaultDir};
+  }
+  // XDG: a relative value is invalid and is ignored.
+  std::string state = env.xdg_state_home;
+  if (state.empty() || state[0] != '/') state = absl::StrCat(env.home, "/.local/state");
+  return {.audit_log = absl::StrCat(state, "/moat/egress-audit.jsonl"), .netns_pool_dir = ""};
+}
+
+void MakeParentDirs(const std::string& path) {
+  for (size_t slash = path.find('/', 1); slash != std::string::npos;
+       slash = path.find('/', slash + 1)) {
+    ::mkdir(path.substr(0, slash).c_str(), 0700);
+  }
+}
+
+StateEnv CurrentStateEnv(const std::string& home) {
+  return {.euid = ::geteuid(),
+          .home = home,
+          .xdg_state_home = Env("XDG_STATE_HOME"),
+          .xdg_runtime_dir = Env("XDG_RUNTIME_DIR")};
+}
+
+absl::Status CheckRootlessCgroup(const RootlessHost& host) {
+  if (host.euid == 0) return absl::OkStatus();
+  const std::string user = host.user.empty() ? "$USER" : host.user;
+  const std::string prefix = absl::StrCat("rootless cgroup: moat runs as uid ", host.euid,
+                                          " (not root) and needs a cgroup v2 "
+                                          "subtree delegated to it for the sandbox's limits; ");
+  const std::string or_root = "; or run moat as root";
+  if (host.requested) {
+    if (host.parent_writable) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        prefix, "MOAT_CGROUP_PARENT names a cgroup this user cannot write (", host.layout,
+        "): have it delegated (chown to uid ", host.euid, ") or unset the variable", or_root));
+  }
+  if (host.own_delegated && host.parent_writable && !host.v1_controllers) {
+    return absl::OkStatus();
+  }
+  if (host.v1_controllers || !host.has_v2) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(prefix, "this host has cgroup v1 controllers (", host.layout,
+                     "), which are never delegated to users: boot it with pure cgroup v2 "
+                     "(systemd.unified_cgroup_hierarchy=1 on the kernel command line)",
+                     or_root));
+  }
+  if (!host.systemd) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(prefix, "no systemd here to delegate one (", host.layout,
+                     "): have the administrator make a cgroup, chown it to uid ", host.euid,
+                     " with its cgroup.procs and cgroup.subtree_control, and name it with "
+                     "MOAT_CGROUP_PARENT=/path/from/the/cgroup2/root",
+                     or_root));
+  }
+  if (!host.user_manager) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(prefix,
+                     "no systemd user manager runs for this user ($XDG_RUNTIME_DIR/systemd is "
+                     "missing): `loginctl enable-linger ",
+                     user,
+                     "` (or log in), then run "
+                     "`systemd-run --user --scope -p Delegate=yes moat run ...`",
+                     or_root));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(prefix, "this process's cgroup is not delegated",
+                   host.own_delegated ? " to this user" : "", " (", host.layout,
+                   "): run it in a delegated scope of your user manager, "
+                   "`systemd-run --user --scope -p Delegate=yes moat run ...`",
+                   or_root));
+}
+
+absl::StatusOr<RootlessHost> CurrentRootlessHost() {
+  RootlessHost host;
+  host.euid = ::geteuid();
+  host.user = Env("USER");
+  ASSIGN_OR_RETURN(sandbox::CgroupLayout layout, sandbox::DetectCgroupLayout());
+  host.layout = layout.Describe();
+  host.v1_controllers = !layout.v1_mounts.empty();
+  host.has_v2 = !layout.v2_mount.empty();
+  host.systemd = IsDirectory("/run/systemd/system");
+  const std::string runtime = Env("XDG_RUNTIME_DIR");
+  host.user_manager = !runtime.empty() && IsDirectory(runtime + "/systemd");
+  if (host.has_v2) {
+    const sandbox::V2Placement placement = sandbox::ReadV2Placement(layout.v2_mount);
+    host.requested = !placement.requested.empty();
+    host.own_delegated = placement.own_delegated;
+    // The directory moat makes `moat/` in (and, in its own cgroup, `moat-supervisor/`).
+    host.parent_writable = ::access(layout.v2_parent.c_str(), W_OK) == 0 &&
+                           ::access((layout.v2_parent + "/cgroup.procs").c_str(), W_OK) == 0;
+  }
+  return host;
+}
+
+}  // namespace moat::cli
