@@ -361,14 +361,7 @@ std::string ControllerConfig::ProfileForImage(absl::string_view image) const {
 }
 
 absl::StatusOr<ControllerConfig> ParseConfig(absl::string_view yaml, absl::string_view source) {
-  YamlReader reader(source);
-  try {
-    YAML::Node root = YAML::Load(std::string(yaml));
-    return ParseRoot(reader, root);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ":", e.mark.line + 1, ": not valid YAML (", e.msg, "); fix the syntax"));
-  }
+  return ParseYamlDocument<ControllerConfig>(yaml, source, ParseRoot);
 }
 
 absl::StatusOr<ControllerConfig> LoadConfig(const std::string& path) {

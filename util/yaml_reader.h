@@ -114,4 +114,18 @@ class YamlReader {
   absl::string_view source_;
 };
 
+// Loads one YAML document and walks it with `walk(reader, root)` (which returns StatusOr<T>); a
+// syntax error names the file and line, as the walker's errors do.
+template <typename T, typename Walk>
+absl::StatusOr<T> ParseYamlDocument(absl::string_view yaml, absl::string_view source, Walk walk) {
+  YamlReader reader(source);
+  try {
+    YAML::Node root = YAML::Load(std::string(yaml));
+    return walk(reader, root);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ":", e.mark.line + 1, ": not valid YAML (", e.msg, "); fix the syntax"));
+  }
+}
+
 }  // namespace moat

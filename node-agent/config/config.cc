@@ -259,14 +259,7 @@ absl::StatusOr<sandbox::Policy> ParseAgentPolicy(absl::string_view text, absl::s
 }
 
 absl::StatusOr<AgentConfig> ParseConfig(absl::string_view yaml, absl::string_view source) {
-  Reader reader(source);
-  try {
-    YAML::Node root = YAML::Load(std::string(yaml));
-    return ParseRoot(reader, root);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ":", e.mark.line + 1, ": not valid YAML (", e.msg, "); fix the syntax"));
-  }
+  return ParseYamlDocument<AgentConfig>(yaml, source, ParseRoot);
 }
 
 absl::StatusOr<AgentConfig> LoadConfig(const std::string& path) {
