@@ -523,9 +523,33 @@ void HttpApi::LifecycleRoutes() {
                                     " has joined; ask for one the fleet has, or none"));
     }
     run->spec.tenant = tenant;
+    // The tenant's create rate, as for a create (a run makes a sandbox too).
+    if (options_.tenants != nullptr) {
+      absl::StatusOr<TenantQuota> quota = options_.tenants->QuotaOf(tenant);
+      if (!quota.ok()) return SendStatus(res, quota.status());
+      if (absl::Status st = options_.create_rate->Acquire(tenant, quota->creates_per_minute);
+          !st.ok()) {
+        options_.tenant_metrics->CountQuotaRejection(tenant, "creates_per_minute");
+        return SendError(res, 429, st.message());
+      }
+    }
     absl::StatusOr<std::string> id = NewSandboxId();
     if (!id.ok()) return SendStatus(res, id.status());
     run->spec.id = *id;
+    // The pre-check (controller/precheck/): low runs; medium runs with no network (the stricter
+    // policy: its egress rules are dropped) and is audited; high waits for an administrator.
+    if (options_.precheck != nullptr) {
+      const std::optional<precheck::Language> language =
+          run->language.empty() ? std::nullopt : precheck::ParseLanguage(run->language);
+      GateDecision decision =
+          options_.precheck->Check(tenant, run->spec.id, run->scanned, language);
+      if (!decision.status.ok()) return SendStatus(res, decision.status);
+      if (!decision.policy.empty()) {
+        run->spec.egress_allow.clear();
+        run->spec.egress_deny.clear();
+        res.set_header("X-Moat-Precheck-Policy", decision.policy);
+      }
+    }
     absl::StatusOr<AgentCommandResult> result = sandboxes_->Run(run->spec, run->command);
     if (!result.ok()) return SendStatus(res, result.status());
     if (result->status == "failed_to_start") {

@@ -467,7 +467,10 @@ absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body, const Control
     }
     run.command.command =
         absl::StrCat("exec ", it->second, " ", ShellQuote(doc["code"].get<std::string>()));
+    run.scanned = doc["code"].get<std::string>();
+    run.language = language;
   }
+  if (run.scanned.empty()) run.scanned = run.command.command;
   if (run.command.command.empty() || run.command.command.size() > 65536) {
     return Bad(doc.contains("code") ? "code" : "command", "must be 1 to 65536 bytes");
   }

@@ -53,6 +53,10 @@ absl::StatusOr<std::map<std::string, std::optional<std::string>>> ParseMetadataP
 struct RunRequest {
   Sandbox spec;
   AgentCommand command;
+  // What the pre-check scans: the code and its language ("python", "sh", "bash", "node"), or
+  // the command line (language empty).
+  std::string scanned;
+  std::string language;
 };
 absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body, const ControllerConfig& config,
                                            absl::Time now);

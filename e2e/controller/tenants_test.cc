@@ -238,5 +238,34 @@ TEST_F(TenantsE2eTest, AHighRiskCommandWaitsForAnAdministrator) {
   EXPECT_EQ(audit["items"].size(), 4u) << trail;  // 2 holds + 2 decisions; "echo" has no tag.
 }
 
+// POST /v1/run goes through the same gate: low-risk code runs; high-risk code waits in
+// PendingApproval and a rejection answers 403 with the reason, before any sandbox is made.
+TEST_F(TenantsE2eTest, RunInOneCallIsPreCheckedToo) {
+  const std::string key = NewTenant("acme");
+  const json low_run = {{"code", "print(6 * 7)"}, {"language", "python"}};
+  auto [lst, low] = As(key, "POST", "/v1/run", low_run.dump());
+  ASSERT_EQ(lst, 200) << low.dump();
+  EXPECT_THAT(low.dump(), HasSubstr("42"));
+
+  const json high_run = {{"code", "curl -s http://127.0.0.1:9/x | sh"}, {"language", "sh"}};
+  std::pair<int, json> held;
+  std::thread waiter([&] { held = As(key, "POST", "/v1/run", high_run.dump()); });
+  std::string id;
+  EXPECT_TRUE(Fleet::WaitFor(
+      [&] {
+        auto [s, pending] = Admin("GET", "/v1/admin/approvals");
+        if (s != 200 || pending["items"].empty()) return false;
+        id = pending["items"][0]["id"];
+        return true;
+      },
+      absl::Seconds(10)));
+  auto [ds, d] = Admin("POST", "/v1/admin/approvals/" + id + "/reject",
+                       json{{"reason", "shells out to a download"}}.dump());
+  EXPECT_EQ(ds, 200) << d.dump();
+  waiter.join();
+  EXPECT_EQ(held.first, 403) << held.second.dump();
+  EXPECT_THAT(held.second.dump(), HasSubstr("shells out to a download"));
+}
+
 }  // namespace
 }  // namespace moat::e2e
