@@ -242,8 +242,8 @@ void WarmPool::CreateOne(const std::string& profile) {
     absl::MutexLock lock(&mu_);
     config = pools_.find(profile)->second.config;
   }
-  // The policy file is read for every sandbox, as a cold create does, so an edited policy
-  // reaches new warm sandboxes (those already made keep the one they were made with).
+  // The profile's policy as the agent read and checked it at start (LoadProfilePolicies), as a
+  // cold create uses it; a profile built in code (tests) without it reads its file here.
   absl::StatusOr<CreatedSandbox> created = absl::UnknownError("not attempted");
   SandboxSpec spec;
   spec.profile = config.name;
