@@ -292,11 +292,11 @@ absl::StatusOr<ControllerConfig> ParseRoot(const YamlReader& r, const YAML::Node
     c.images.push_back({"*", "default"});
     return c;
   }
-  RETURN_IF_ERROR(r.CheckMap(
-      root, "",
-      {"listen", "tls", "state_dir", "store", "api_keys_file", "join_token_file", "images", "nodes",
-       "scheduling", "api", "admin_key_file", "precheck", "languages", "max_declared_duration",
-       "leader_election"}));
+  RETURN_IF_ERROR(
+      r.CheckMap(root, "",
+                 {"listen", "tls", "state_dir", "store", "api_keys_file", "join_token_file",
+                  "images", "nodes", "scheduling", "api", "admin_key_file", "precheck", "languages",
+                  "max_declared_duration", "leader_election"}));
   if (root["listen"]) RETURN_IF_ERROR(ParseListen(r, root["listen"], &c));
   if (const YAML::Node tls = root["tls"]) {
     RETURN_IF_ERROR(r.CheckMap(tls, "tls", {"cert", "key"}));

@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "util/log.h"
-#include "util/token.h"
 #include "util/status_macros.h"
+#include "util/token.h"
 
 namespace moat::agent {
 namespace {

@@ -13,14 +13,14 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "node-agent/backend/backend.h"
-#include "util/clock.h"
 #include "node-agent/config/config.h"
 #include "node-agent/event_log.h"
 #include "node-agent/metrics.h"
 #include "node-agent/pool/recycle_queue.h"
 #include "node-agent/pool/registry.h"
-#include "node-agent/pool/warm_pool.h"
 #include "node-agent/pool/sandbox_store.h"
+#include "node-agent/pool/warm_pool.h"
+#include "util/clock.h"
 
 namespace moat::agent {
 

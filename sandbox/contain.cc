@@ -15,10 +15,10 @@
 
 #include "sandbox/caps.h"
 #include "sandbox/child_exec.h"
-#include "util/child_failure.h"
 #include "sandbox/netns/net.h"
 #include "sandbox/reaper.h"
 #include "sandbox/seccomp/seccomp_filter.h"
+#include "util/child_failure.h"
 #include "util/fd_passing.h"
 
 namespace moat::sandbox {

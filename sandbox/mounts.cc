@@ -17,8 +17,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "util/child_failure.h"
 #include "sandbox/idmap.h"
+#include "util/child_failure.h"
 #include "util/errno_status.h"
 #include "util/paths.h"
 #include "util/status_macros.h"

@@ -5,8 +5,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "util/token.h"
 #include "sandbox/output/secret_scanner.h"
+#include "util/token.h"
 
 namespace moat::agent {
 namespace {

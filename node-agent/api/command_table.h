@@ -31,8 +31,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "node-agent/backend/backend.h"
-#include "util/clock.h"
 #include "sandbox/output/sanitizer.h"
+#include "util/clock.h"
 
 namespace moat::agent {
 

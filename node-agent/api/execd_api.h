@@ -30,11 +30,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "node-agent/backend/backend.h"
-#include "util/clock.h"
 #include "node-agent/api/command_table.h"
+#include "node-agent/backend/backend.h"
 #include "node-agent/metrics.h"
 #include "node-agent/pool/registry.h"
+#include "util/clock.h"
 
 namespace httplib {
 class DataSink;

@@ -19,8 +19,8 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "node-agent/api/api_json.h"
-#include "node-agent/backend/fake_backend.h"
 #include "node-agent/api/http_api.h"
+#include "node-agent/backend/fake_backend.h"
 #include "node-agent/testing/expect_error.h"
 
 namespace moat::agent {

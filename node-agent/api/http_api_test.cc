@@ -203,8 +203,8 @@ TEST_F(HttpApiTest, MalformedBodiesAndWrongTypesAre400) {
            {"{\"profile\": \"\xff\xfe\"}", "not valid JSON"},
            // One strict parser (util/strict_json.h): nothing is silently kept or dropped.
            {R"({"profile": "default", "profile": "other"})", "duplicate key \"profile\""},
-           {R"({"profile": "default", "metadata": )" + std::string(40, '[') +
-                std::string(40, ']') + "}",
+           {R"({"profile": "default", "metadata": )" + std::string(40, '[') + std::string(40, ']') +
+                "}",
             "levels deep"},
        }) {
     SCOPED_TRACE(c.body);

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "node-agent/backend/fake_backend.h"
 #include "node-agent/api/http_api.h"
+#include "node-agent/backend/fake_backend.h"
 #include "node-agent/testing/temp_dir.h"
 
 namespace moat::agent {

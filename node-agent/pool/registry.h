@@ -20,8 +20,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "node-agent/backend/backend.h"
-#include "util/clock.h"
 #include "node-agent/config/limits.h"
+#include "util/clock.h"
 
 namespace moat::agent {
 

@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "util/log.h"
 #include "node-agent/pool/registry.h"
+#include "util/log.h"
 
 namespace moat::agent {
 namespace {

@@ -34,8 +34,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "node-agent/backend/backend.h"
-#include "util/clock.h"
 #include "node-agent/config/config.h"
+#include "util/clock.h"
 #include "util/request_rate.h"
 
 namespace moat::agent {

@@ -20,10 +20,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "util/clock.h"
 #include "node-agent/probe/probe_monitor.h"
 #include "sandbox/cgroup/cgroup.h"
 #include "sandbox/seccomp/seccomp_filter.h"
+#include "util/clock.h"
 #include "util/self_path.h"
 #include "util/unique_fd.h"
 

@@ -2,8 +2,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "util/units.h"
 #include "util/status_macros.h"
+#include "util/units.h"
 
 namespace moat::cli {
 

@@ -10,11 +10,11 @@
 #include <optional>
 #include <string>
 
-#include "sandbox/values/ip_address.h"
 #include "sandbox/egress/rate_limiter.h"
 #include "sandbox/egress/resolver.h"
 #include "sandbox/egress/rules.h"
 #include "sandbox/egress/target.h"
+#include "sandbox/values/ip_address.h"
 
 namespace moat::egress {
 

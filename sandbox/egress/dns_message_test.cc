@@ -9,8 +9,8 @@
 #include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "sandbox/values/ip_address.h"
 #include "sandbox/testing/ip_literals.h"
+#include "sandbox/values/ip_address.h"
 
 namespace moat::egress {
 namespace {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "sandbox/values/domain_pattern.h"
 #include "sandbox/egress/target.h"
+#include "sandbox/values/domain_pattern.h"
 
 namespace moat::egress {
 

@@ -10,9 +10,9 @@
 #include <thread>
 
 #include "gtest/gtest.h"
-#include "sandbox/values/ip_address.h"
 #include "sandbox/egress/netns_sockets.h"
 #include "sandbox/netns/net.h"
+#include "sandbox/values/ip_address.h"
 
 namespace moat::egress {
 namespace {

@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "sandbox/values/domain_pattern.h"
-#include "util/units.h"
 #include "util/status_macros.h"
+#include "util/units.h"
 
 namespace moat::egress {
 namespace {
@@ -164,8 +164,8 @@ absl::StatusOr<uint16_t> ParsePort(absl::string_view port, absl::string_view aut
   uint32_t value = 0;
   for (char c : port) value = value * 10 + static_cast<uint32_t>(c - '0');
   if (value > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "invalid port in ", QuoteForMessage(authority), ": it is over 65535"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid port in ", QuoteForMessage(authority), ": it is over 65535"));
   }
   return static_cast<uint16_t>(value);
 }
@@ -220,8 +220,8 @@ absl::StatusOr<HostPort> ParseAuthority(absl::string_view authority, uint16_t de
   if (port_text.has_value()) {
     ASSIGN_OR_RETURN(out.port, ParsePort(*port_text, authority));
   } else if (default_port == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "invalid authority ", QuoteForMessage(authority), ": a port is required"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid authority ", QuoteForMessage(authority), ": a port is required"));
   } else {
     out.port = default_port;
   }

@@ -16,13 +16,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "sandbox/policy/protected_paths.h"
+#include "sandbox/values/dns_server.h"
 #include "sandbox/values/domain_pattern.h"
 #include "sandbox/values/ip_address.h"
-#include "sandbox/values/dns_server.h"
-#include "sandbox/policy/protected_paths.h"
-#include "util/units.h"
 #include "util/env.h"
 #include "util/status_macros.h"
+#include "util/units.h"
 
 namespace moat::sandbox {
 namespace {

@@ -9,8 +9,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "util/units.h"
 #include "util/errno_status.h"
+#include "util/units.h"
 
 namespace moat::egress {
 namespace {
