@@ -50,7 +50,7 @@ absl::StatusOr<std::unique_ptr<PreparedSandbox>> PrepareSandbox(const HostSetup&
   layered.insert(layered.end(), inputs.env.begin(), inputs.env.end());
   OverrideEnv(&prepared->env, layered);
   if (!inputs.argv.empty()) {
-    plan.argv_storage = inputs.argv;
+    plan.argv_storage.assign(inputs.argv.begin(), inputs.argv.end());
     for (const auto& [name, value] : prepared->env) {
       plan.env_storage.push_back(absl::StrCat(name, "=", value));
       if (name == "PATH") plan.search_path = value;

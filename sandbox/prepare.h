@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "sandbox/contain.h"
 #include "sandbox/egress/sandbox_egress.h"
 #include "sandbox/host_setup.h"
@@ -29,9 +30,10 @@ struct PrepareInputs {
   const egress::EgressOptions* egress = nullptr;
   const SeccompProgram* seccomp = nullptr;  // required (HostSetup::Seccomp)
   // The command (empty for an agent sandbox, whose init waits for commands) and its variables,
-  // on top of DefaultSandboxEnv() and the proxy's.
-  std::vector<std::string> argv;
-  std::vector<std::pair<std::string, std::string>> env;
+  // on top of DefaultSandboxEnv() and the proxy's. Views of the caller's: copied once, into the
+  // plan.
+  absl::Span<const std::string> argv;
+  absl::Span<const std::pair<std::string, std::string>> env;
 };
 
 // Held by pointer: plan.mounts points at mounts.
