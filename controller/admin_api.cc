@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "controller/lifecycle_json.h"
 #include "nlohmann/json.hpp"
+#include "util/http/reply.h"
 #include "util/log.h"
 #include "util/strict_json.h"
 #include "util/token.h"
@@ -16,15 +17,8 @@ namespace {
 using nlohmann::json;
 using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
 
-void SendJson(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
-}
-
-void SendStatus(httplib::Response& res, const absl::Status& status) {
-  int code = HttpStatusFor(status);
-  SendJson(res, code, ErrorJson(ErrorCodeFor(code), status.message()));
-}
+using http::SendJson;
+using http::SendStatus;
 
 json QuotaJson(const TenantQuota& q) {
   return {{"max_sandboxes", q.max_sandboxes},

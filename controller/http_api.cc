@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -14,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "controller/lifecycle_json.h"
 #include "controller/proxy.h"
+#include "util/http/reply.h"
 #include "util/join_auth.h"
 #include "util/log.h"
 #include "util/status_macros.h"
@@ -23,7 +23,6 @@ namespace moat::controller {
 namespace {
 
 using nlohmann::json;
-constexpr char kJson[] = "application/json";
 constexpr char kApiKeyHeader[] = "OPEN-SANDBOX-API-KEY";
 // A join's timestamp may be this far from the controller's clock.
 constexpr absl::Duration kJoinClockSkew = absl::Minutes(5);
@@ -32,18 +31,9 @@ constexpr absl::Duration kJoinClockSkew = absl::Minutes(5);
 // client's path holds one).
 constexpr char kForwardPrefix[] = "/ forwarded";
 
-void SendJson(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), kJson);
-}
-
-void SendError(httplib::Response& res, int status, absl::string_view message) {
-  SendJson(res, status, ErrorJson(ErrorCodeFor(status), message));
-}
-
-void SendStatus(httplib::Response& res, const absl::Status& status) {
-  SendError(res, HttpStatusFor(status), status.message());
-}
+using http::SendError;
+using http::SendJson;
+using http::SendStatus;
 
 // The request's routes at "/" and at "/v1": OpenSandbox's servers answer at both.
 std::string Both(absl::string_view pattern) { return absl::StrCat("(?:/v1)?", pattern); }
@@ -91,20 +81,9 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(HttpApiOptions options,
   if (options.join_token.size() < 16) {
     return absl::InvalidArgumentError("the join token must be at least 16 bytes");
   }
-  std::unique_ptr<httplib::Server> server;
   const ControllerConfig& c = *options.config;
-  if (!c.tls_cert_file.empty()) {
-    auto tls =
-        std::make_unique<httplib::SSLServer>(c.tls_cert_file.c_str(), c.tls_key_file.c_str());
-    if (!tls->is_valid()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot load the TLS certificate \"", c.tls_cert_file, "\" or key \"",
-                       c.tls_key_file, "\"; check that both exist, are PEM and match"));
-    }
-    server = std::move(tls);
-  } else {
-    server = std::make_unique<httplib::Server>();
-  }
+  ASSIGN_OR_RETURN(std::unique_ptr<httplib::Server> server,
+                   http::MakeServer(c.tls_cert_file, c.tls_key_file));
   std::unique_ptr<HttpApi> api(
       new HttpApi(std::move(options), nodes, sandboxes, metrics, clock, std::move(server)));
   api->Routes();
@@ -177,16 +156,14 @@ void HttpApi::Routes() {
   httplib::Server& s = *server_;
   s.set_payload_max_length(
       std::max(options_.config->max_request_bytes, options_.config->max_upload_bytes));
-  s.set_tcp_nodelay(true);
+  http::ConfigureServer(s, {.daemon = "controller",
+                            .api_doc = "api/controller.yaml",
+                            .max_request_bytes = options_.config->max_request_bytes});
   // Clients (the SDK's fetch) keep connections open and reuse them: httplib's default of 5
   // requests per connection made the SDK hit a closed socket and wait out its 200 ms retry.
   // Each open connection holds a worker thread, hence the larger pool (streams hold one too).
   s.set_keep_alive_max_count(1000);
   s.new_task_queue = [] { return new httplib::ThreadPool(64); };
-  s.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     request_start = absl::Now();
     std::string id = req.get_header_value("X-Request-ID");
@@ -236,31 +213,6 @@ void HttpApi::Routes() {
   s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     metrics_->ObserveRequest(RoutePattern(req.path), res.status, absl::Now() - request_start);
   });
-  s.set_error_handler(
-      httplib::Server::HandlerWithResponse([limit = options_.config->max_request_bytes](
-                                               const httplib::Request&, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        std::string message = res.status == 413
-                                  ? absl::StrCat("the request body is larger than ", limit,
-                                                 " bytes (api.max_request_bytes); send less")
-                              : res.status == 404 ? "no such endpoint; see api/controller.yaml"
-                                                  : "bad request";
-        SendError(res, res.status, message);
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  s.set_exception_handler(
-      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "unknown exception";
-        try {
-          std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        LogError(absl::StrCat("handler for ", req.method, " ", req.path, " threw: ", what));
-        SendError(res, 500, "internal error; the controller's log has details");
-      });
-
   s.Get(Both("/health"), [](const httplib::Request&, httplib::Response& res) {
     SendJson(res, 200, {{"status", "healthy"}});
   });
@@ -566,30 +518,9 @@ void HttpApi::LifecycleRoutes() {
 }
 
 absl::StatusOr<int> HttpApi::Start(const std::string& address, int port) {
-  int bound = port;
-  if (port == 0) {
-    bound = server_->bind_to_any_port(address);
-  } else if (!server_->bind_to_port(address, port)) {
-    bound = -1;
-  }
-  if (bound <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", address, ":", port,
-                     "; is another process using the port, or is the address not local?"));
-  }
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
-  for (int i = 0; i < 5000 && !server_->is_running(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  LogInfo(absl::StrCat("listening on ", address, ":", bound,
-                       options_.config->tls_cert_file.empty() ? "" : " (TLS)"));
-  return bound;
+  return listener_.Start(address, port);
 }
 
-void HttpApi::Stop() {
-  if (!thread_.joinable()) return;
-  server_->stop();
-  thread_.join();
-}
+void HttpApi::Stop() { listener_.Stop(); }
 
 }  // namespace moat::controller

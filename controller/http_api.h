@@ -10,7 +10,6 @@
 
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -24,6 +23,7 @@
 #include "controller/sandboxes.h"
 #include "controller/tenant_metrics.h"
 #include "controller/tenants/tenants.h"
+#include "util/http/server.h"
 
 namespace httplib {
 class Server;
@@ -95,7 +95,7 @@ class HttpApi {
   std::function<void(const std::string&)> on_join_;
   Gate must_forward_;
   Forward forward_;
-  std::thread thread_;
+  http::ServerThread listener_{server_.get()};  // After server_: stops before it goes.
   absl::Mutex nonce_mu_;
   absl::flat_hash_map<std::string, absl::Time> nonces_ ABSL_GUARDED_BY(nonce_mu_);
 };

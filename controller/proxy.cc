@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "controller/lifecycle_json.h"
+#include "util/http/reply.h"
 
 namespace moat::controller {
 namespace {
@@ -33,10 +34,7 @@ bool DropResponseHeader(absl::string_view name) {
   return false;
 }
 
-void SendError(httplib::Response& res, int status, absl::string_view message) {
-  res.status = status;
-  res.set_content(ErrorJson(ErrorCodeFor(status), message).dump(), "application/json");
-}
+using http::SendError;
 
 // Chunks from the agent's response to the client's, with back-pressure: the agent side waits
 // while kMaxBuffered bytes are queued, so a slow client slows the agent instead of growing

@@ -14,6 +14,7 @@ import sys
 # folder -> the layers it builds on (its direct arrows).
 LAYERS = {
     "util": [],
+    "util/http": ["util"],
     "sandbox/values": ["util"],
     "sandbox/cgroup": ["util"],
     "sandbox/seccomp": ["util"],
@@ -29,13 +30,13 @@ LAYERS = {
     "node-agent/pool": ["node-agent/backend", "node-agent/config"],
     "node-agent/probe": ["sandbox", "node-agent/backend"],
     "node-agent": ["node-agent/pool", "node-agent/probe"],
-    "node-agent/api": ["node-agent"],
+    "node-agent/api": ["node-agent", "util/http"],
     "controller/store": ["util"],
     "controller/scheduler": ["util"],
     "controller/tenants": ["controller/store", "controller/scheduler"],
     "controller/precheck": ["controller/store"],
     "controller": ["controller/store", "controller/scheduler", "controller/tenants",
-                   "controller/precheck", "sandbox/values"],
+                   "controller/precheck", "sandbox/values", "util/http"],
 }
 TESTING = {"sandbox/testing", "node-agent/testing", "controller/testing"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

@@ -16,29 +16,20 @@
 #include "node-agent/api/api_json.h"
 #include "node-agent/backend/workspace_path.h"
 #include "node-agent/pool/registry.h"
+#include "util/http/reply.h"
 #include "util/strict_json.h"
 
 namespace moat::agent::execd_internal {
 
-inline constexpr char kJson[] = "application/json";
 // Routes are "/v1/sandboxes/{id}/execd" + this suffix; match 1 is the sandbox id.
 inline std::string Route(absl::string_view suffix) {
   return absl::StrCat(R"(/v1/sandboxes/([^/]+)/execd)", suffix);
 }
 
-inline void SendError(httplib::Response& res, int http_status, absl::string_view message,
-                      absl::string_view code = {}) {
-  res.status = http_status;
-  res.set_content(ErrorBody(code.empty() ? ErrorCodeFor(http_status) : code, message), kJson);
-}
-
-inline void SendStatus(httplib::Response& res, const absl::Status& status) {
-  SendError(res, HttpStatusFor(status), status.message());
-}
-
+using http::SendError;
+using http::SendStatus;
 inline void SendJson(httplib::Response& res, const nlohmann::json& body) {
-  res.status = 200;
-  res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), kJson);
+  http::SendJson(res, 200, body);
 }
 
 // The sandbox of the request, if it can take commands and file operations now. HttpApi has

@@ -3,7 +3,6 @@
 #include <httplib.h>
 
 #include <algorithm>
-#include <exception>
 #include <regex>
 
 #include "absl/strings/match.h"
@@ -13,30 +12,21 @@
 #include "node-agent/api/api_json.h"
 #include "node-agent/api/execd_api.h"
 #include "node-agent/api/http_connection.h"
+#include "util/http/reply.h"
 #include "util/log.h"
+#include "util/status_macros.h"
 #include "util/token.h"
 
 namespace moat::agent {
 namespace {
 
-constexpr char kJson[] = "application/json";
 // The per-sandbox API lives under this suffix of a sandbox's path.
 constexpr char kSandboxPrefix[] = "/v1/sandboxes/";
 constexpr char kExecdInfix[] = "/execd/";
 
-void SendError(httplib::Response& res, int http_status, absl::string_view message) {
-  res.status = http_status;
-  res.set_content(ErrorBody(ErrorCodeFor(http_status), message), kJson);
-}
-
-void SendStatus(httplib::Response& res, const absl::Status& status) {
-  SendError(res, HttpStatusFor(status), status.message());
-}
-
-void SendJson(httplib::Response& res, int http_status, const nlohmann::json& body) {
-  res.status = http_status;
-  res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), kJson);
-}
+using http::SendError;
+using http::SendJson;
+using http::SendStatus;
 
 // The id in the path, or a 400 if it is not one we could have made (it is never used to build
 // a path or name, but an early, clear answer beats a confusing 404).
@@ -87,19 +77,10 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Create(SandboxService* service
   if (options.node_token.size() < 16) {
     return absl::InvalidArgumentError("the node token must be at least 16 bytes");
   }
-  std::unique_ptr<httplib::Server> server;
-  if (options.tls.has_value()) {
-    auto tls = std::make_unique<httplib::SSLServer>(options.tls->cert_file.c_str(),
-                                                    options.tls->key_file.c_str());
-    if (!tls->is_valid()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot load the TLS certificate \"", options.tls->cert_file, "\" or key \"",
-                       options.tls->key_file, "\"; check that both exist, are PEM and match"));
-    }
-    server = std::move(tls);
-  } else {
-    server = std::make_unique<ConnectionServer>();
-  }
+  ASSIGN_OR_RETURN(std::unique_ptr<httplib::Server> server,
+                   http::MakeServer(options.tls ? options.tls->cert_file : "",
+                                    options.tls ? options.tls->key_file : "",
+                                    [] { return std::make_unique<ConnectionServer>(); }));
   std::unique_ptr<HttpApi> api(new HttpApi(service, std::move(options), std::move(server)));
   api->Routes();
   return api;
@@ -165,54 +146,21 @@ void HttpApi::Routes() {
         server_payload_limit_, options_.execd->options().max_upload_bytes + kUploadFramingBytes);
   }
   s.set_payload_max_length(server_payload_limit_);
-  // Small writes (SSE events, short JSON answers) go out at once: with Nagle's algorithm a
-  // response's second segment waits for the client's delayed ACK, 40 ms on Linux.
-  s.set_tcp_nodelay(true);
+  http::ConfigureServer(
+      s, {.daemon = "agent",
+          .api_doc = "api/node-agent.yaml",
+          .max_request_bytes = options_.max_request_bytes,
+          .messages = {{416, "bad Range header; give one range: bytes=first-last"}}});
   if (options_.execd != nullptr) {
     s.new_task_queue = [n = options_.execd->options().http_threads] {
       return new httplib::ThreadPool(n);
     };
   }
-  // httplib's default is SO_REUSEPORT, which lets a second agent (or any root process) bind the
-  // same port and silently take half the connections. SO_REUSEADDR alone still allows a quick
-  // restart (TIME_WAIT) but makes a second bind fail with EADDRINUSE.
-  s.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     return HeadersWellFormed(req, res) && Authorized(req, res) && WithinBodyLimit(req, res)
                ? httplib::Server::HandlerResponse::Unhandled
                : httplib::Server::HandlerResponse::Handled;
   });
-  // httplib calls this for every response >= 400; ours already carry a JSON body, while its own
-  // (no route, body too large, bad request line) do not.
-  s.set_error_handler(httplib::Server::HandlerWithResponse(
-      [limit = options_.max_request_bytes](const httplib::Request&, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        std::string message =
-            res.status == 413
-                ? absl::StrCat("the request body is larger than ", limit,
-                               " bytes (the agent's api.max_request_bytes); send less")
-            : res.status == 404 ? "no such endpoint; see api/node-agent.yaml"
-            : res.status == 416 ? "bad Range header; give one range: bytes=first-last"
-                                : "bad request";
-        SendError(res, res.status, message);
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  s.set_exception_handler(
-      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "unknown exception";
-        try {
-          std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        LogError(absl::StrCat("handler for ", req.method, " ", req.path, " threw: ", what));
-        SendError(res, 500, "internal error; the agent's log has details");
-      });
-
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     absl::Status health = service_->Health();
     if (!health.ok()) return SendError(res, 503, health.message());
@@ -295,33 +243,14 @@ void HttpApi::Routes() {
 }
 
 absl::StatusOr<int> HttpApi::Start(const std::string& address, int port) {
-  int bound = port;
-  if (port == 0) {
-    bound = server_->bind_to_any_port(address);
-  } else if (!server_->bind_to_port(address, port)) {
-    bound = -1;
-  }
-  if (bound <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", address, ":", port,
-                     "; is another process using the port, or is the address not local?"));
-  }
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
-  // httplib 0.11 has no wait_until_ready(); listen_after_bind sets is_running() first thing.
-  for (int i = 0; i < 5000 && !server_->is_running(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  LogInfo(absl::StrCat("listening on ", address, ":", bound, options_.tls ? " (TLS)" : ""));
-  return bound;
+  return listener_.Start(address, port);
 }
 
 void HttpApi::Stop() {
-  if (!thread_.joinable()) return;
   // Streams of running commands would otherwise hold their threads, and stop(), until the
   // commands end.
   if (options_.execd != nullptr) options_.execd->StopStreams();
-  server_->stop();
-  thread_.join();
+  listener_.Stop();
 }
 
 }  // namespace moat::agent

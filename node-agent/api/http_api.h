@@ -9,11 +9,11 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "node-agent/config/config.h"
 #include "node-agent/service.h"
+#include "util/http/server.h"
 
 namespace httplib {
 class Server;
@@ -56,8 +56,8 @@ class HttpApi {
   SandboxService* service_;
   HttpApiOptions options_;
   std::unique_ptr<httplib::Server> server_;
-  uint64_t server_payload_limit_ = 0;  // httplib's own cap: the larger of the two limits.
-  std::thread thread_;
+  uint64_t server_payload_limit_ = 0;           // httplib's own cap: the larger of the two limits.
+  http::ServerThread listener_{server_.get()};  // After server_: stops before it goes.
 };
 
 }  // namespace moat::agent
