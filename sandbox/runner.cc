@@ -6,7 +6,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -17,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "sandbox/caps.h"
+#include "sandbox/cgroup/run_cgroup.h"
 #include "sandbox/contain.h"
 #include "sandbox/creation_guard.h"
 #include "sandbox/policy/protected_paths.h"
@@ -58,6 +58,83 @@ std::vector<ProtectedEntry> ProtectedEntriesFor(const MountOptions& mounts) {
   return IdentifyProtected(CreationProtection(readonly, roots));
 }
 
+// The creation guard for a sandbox whose seccomp program sends its creating calls to a
+// listener: the command waits, in its first creating call, for the guard, so nothing is made
+// meanwhile. Null when the program guards nothing.
+absl::StatusOr<std::unique_ptr<CreationGuard>> StartGuard(const SeccompProgram& seccomp,
+                                                          SandboxProcess& proc,
+                                                          std::vector<ProtectedEntry> entries,
+                                                          std::vector<ProtectedGlob> globs) {
+  if (!seccomp.guards_creation()) return nullptr;
+  CreationGuard::Options guard_options;
+  // Its own descriptor: the supervisor closes the listener when the sandbox stops using it.
+  guard_options.listener.reset(::fcntl(proc.seccomp_listener.get(), F_DUPFD_CLOEXEC, 0));
+  if (!guard_options.listener) {
+    KillSandbox(proc);
+    return ErrnoStatus("creation guard: duplicate the seccomp listener");
+  }
+  guard_options.sandbox_pid = proc.pid;
+  guard_options.protected_entries = std::move(entries);
+  guard_options.protected_globs = std::move(globs);
+  guard_options.arch = seccomp.arch();
+  absl::StatusOr<std::unique_ptr<CreationGuard>> started =
+      CreationGuard::Start(std::move(guard_options));
+  if (started.ok()) return started;
+  // A short command may be over, and its init exiting (its root released before it turns
+  // zombie, when the pidfd says so) before the guard looks: then no process is left that could
+  // create anything. Otherwise nothing runs unguarded.
+  struct pollfd ended = {proc.pidfd.get(), POLLIN, 0};
+  if (::poll(&ended, 1, /*timeout_ms=*/1000) != 1) {
+    KillSandbox(proc);
+    return started.status();
+  }
+  return nullptr;
+}
+
+SuperviseOptions SuperviseOptionsFor(const RunRequest& request, const SeccompProgram& seccomp,
+                                     CreationGuard* guard) {
+  SuperviseOptions watch;
+  watch.wall_timeout = request.limits.wall_timeout;
+  watch.cpu_timeout = request.limits.cpu_timeout;
+  watch.cpus = request.limits.cpus;
+  watch.capture = request.capture;
+  watch.live_stdout_fd = request.live_stdout_fd;
+  watch.live_stderr_fd = request.live_stderr_fd;
+  watch.filter_live = request.filter_live;
+  watch.stdin_source_fd = request.stdin_fd;
+  watch.cancel_fd = request.cancel_fd;
+  watch.arch = seccomp.arch();
+  watch.creation_guard = guard;
+  return watch;
+}
+
+void AddViolations(absl::StatusOr<RunResult>& result, std::vector<Violation> more) {
+  if (!result.ok()) return;
+  result->violations.insert(result->violations.end(), more.begin(), more.end());
+}
+
+// `moat run --trace`: the parent's and the child's steps, in the order they happened.
+void PrintTrace(absl::Time begin, std::vector<std::pair<const char*, absl::Time>> timeline,
+                const SandboxProcess& proc, ChildTrace* child_trace,
+                const absl::StatusOr<RunResult>& result) {
+  timeline.insert(timeline.end(), proc.timeline.begin(), proc.timeline.end());
+  if (child_trace != nullptr) {
+    std::vector<std::pair<const char*, absl::Time>> child = child_trace->Timeline();
+    timeline.insert(timeline.end(), child.begin(), child.end());
+  }
+  if (result.ok()) {
+    // Init's end: the kernel has torn down its namespaces and killed what was left.
+    timeline.emplace_back("init reaped", proc.started + absl::Seconds(result->wall_seconds));
+  }
+  timeline.emplace_back("supervision done", absl::Now());
+  std::stable_sort(timeline.begin(), timeline.end(),
+                   [](const auto& a, const auto& b) { return a.second < b.second; });
+  for (const auto& [phase, at] : timeline) {
+    std::fprintf(stderr, "moat trace: %8.3f ms  %s\n", absl::ToDoubleMilliseconds(at - begin),
+                 phase);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Runner>> Runner::Create(const RunnerOptions& options) {
@@ -82,42 +159,24 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   std::unique_ptr<NetworkPreparation> network =
       network_ ? std::move(network_)
                : std::make_unique<NetworkPreparation>(CleanupAfter(layout()), netns_pool_.get());
-  // cgroups. On v2 the cgroup comes first: the child is created inside it. On v1 the warm-up
-  // thread starts at once (see cgroup_prewarm.h) and then makes (or claims) the cgroup: that
-  // needs the cgroup mutex, which the warm-up holds through its grace period, so on this thread
-  // it waits for nobody. The child is moved in after clone3, while it builds its mounts.
-  CgroupLimits limits{request.limits.memory_bytes, request.limits.pids, request.limits.cpus};
-  const std::string cgroup_name = absl::StrCat(::getpid(), "-", runs_++);
-  std::unique_ptr<Cgroup> cgroup;
-  // On v1 the empty cgroup is kept for the next run (cgroup_spares.h): no rmdir here, no mkdir
-  // there.
-  auto recycle = absl::MakeCleanup([&] {
-    if (cgroup) cgroup->Recycle().IgnoreError();
-  });
-  // Declared before the warm-up, which writes them from its thread: destroyed after its join.
-  // Whoever comes first makes the cgroup: on a busy machine the thread may not have run by the
-  // time clone3 returns, and waiting for it would cost more than doing it here.
-  std::atomic<bool> cgroup_claimed{false};
-  absl::StatusOr<std::unique_ptr<Cgroup>> made = absl::UnknownError("no cgroup made ahead");
-  std::unique_ptr<CgroupPrewarm> prewarm;
-  if (layout().kind == CgroupLayout::Kind::kV2) {
-    ASSIGN_OR_RETURN(cgroup, Cgroup::Create(layout(), cgroup_name, limits));
-  } else {
-    prewarm = CgroupPrewarm::Start(layout(), "/proc/self/cgroup", [&] {
-      if (!cgroup_claimed.exchange(true)) made = Cgroup::Create(layout(), cgroup_name, limits);
-    });
-  }
+  // 1. The cgroup: made now on v2 (the child is cloned into it), by the v1 warm-up otherwise.
+  const std::string name = absl::StrCat(::getpid(), "-", runs_++);
+  ASSIGN_OR_RETURN(std::unique_ptr<RunCgroup> cgroup,
+                   RunCgroup::Start(layout(), name,
+                                    {request.limits.memory_bytes, request.limits.pids,
+                                     request.limits.cpus}));
   const absl::Time cgroup_ready = absl::Now();
-  // Read-only paths that do not exist yet have nothing to bind over: the creation guard keeps
-  // the sandbox from making them (creation_guard.h), under any writable host directory.
+  // 2. Seccomp, with the creation guard's listener when read-only paths that do not exist yet
+  //    lie under a writable host directory (creation_guard.h).
   std::vector<ProtectedEntry> protected_entries = ProtectedEntriesFor(request.mounts);
   std::vector<ProtectedGlob> protected_globs =
       IdentifyProtectedGlobs(request.deny_write_patterns, WritableRoots(request.mounts));
   ASSIGN_OR_RETURN(const SeccompProgram* seccomp,
                    host_->Seccomp(!protected_entries.empty() || !protected_globs.empty()));
   const absl::Time seccomp_ready = absl::Now();
+  // 3. Egress, mounts and the child's plan (prepare.h), shared with the agent.
   std::optional<egress::EgressOptions> egress_options = request.egress;
-  if (egress_options) egress_options->sandbox_id = cgroup_name;
+  if (egress_options) egress_options->sandbox_id = name;
   ASSIGN_OR_RETURN(std::unique_ptr<PreparedSandbox> prepared,
                    PrepareSandbox(*host_, {.mounts = &request.mounts,
                                            .cpu_timeout = request.limits.cpu_timeout,
@@ -126,33 +185,23 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
                                            .argv = request.argv,
                                            .env = request.env}));
   const absl::Time planned = absl::Now();
-  MountPlan& mounts = prepared->mounts;
-  ContainPlan& plan = prepared->plan;
   egress::EgressSession* egress = prepared->egress.get();
+  ContainPlan& plan = prepared->plan;
   plan.Finalize();
   ChildTrace* child_trace = request.trace ? ChildTrace::Create() : nullptr;
   auto unmap_trace = absl::MakeCleanup([child_trace] { ChildTrace::Destroy(child_trace); });
   plan.trace = child_trace;
-
-  // The network namespace made meanwhile. If that failed (or the plan has no room for one more
-  // descriptor), clone3 makes the namespace and the child brings lo up and mounts sysfs, as
-  // before: slower, the same sandbox.
+  // 4. The network namespace made meanwhile. If that failed (or the plan has no room for one
+  //    more descriptor), clone3 makes it and the child brings lo up and mounts sysfs: slower,
+  //    the same sandbox.
   absl::StatusOr<PreparedNetwork> net = network->Take();
   const absl::Time network_ready = absl::Now();
-  const bool prepared_net = net.ok() && mounts.UseDetachedSysfs(net->sysfs.get());
+  const bool prepared_net = net.ok() && prepared->mounts.UseDetachedSysfs(net->sysfs.get());
   plan.loopback_ready = prepared_net;
-
+  // 5. The child.
   SpawnOptions spawn;
-  spawn.cgroup = cgroup.get();
-  spawn.make_cgroup = [&]() -> absl::StatusOr<Cgroup*> {
-    if (prewarm && cgroup_claimed.exchange(true)) {
-      prewarm->Wait();
-      ASSIGN_OR_RETURN(cgroup, std::move(made));
-    } else {
-      ASSIGN_OR_RETURN(cgroup, Cgroup::Create(layout(), cgroup_name, limits));
-    }
-    return cgroup.get();
-  };
+  spawn.cgroup = cgroup->made();
+  spawn.make_cgroup = [&] { return cgroup->Get(); };
   spawn.pipe_stdin = request.stdin_fd >= 0;
   spawn.before_start = [&](int pidfd) {
     // In its cgroup (whose attach waits for RCU grace periods, which a busy CPU would delay):
@@ -163,88 +212,28 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   if (prepared_net) spawn.netns_fd = net->netns.get();
   ASSIGN_OR_RETURN(SandboxProcess proc, SpawnSandbox(plan, spawn));
   if (net.ok()) *net = PreparedNetwork{};  // the child has them now
-  // The command waits, in its first creating call, for the guard: nothing is made meanwhile.
-  std::unique_ptr<CreationGuard> guard;
-  if (seccomp->guards_creation()) {
-    CreationGuard::Options guard_options;
-    // Its own descriptor: the supervisor closes the listener when the sandbox stops using it.
-    guard_options.listener.reset(::fcntl(proc.seccomp_listener.get(), F_DUPFD_CLOEXEC, 0));
-    if (!guard_options.listener) {
-      KillSandbox(proc);
-      return ErrnoStatus("creation guard: duplicate the seccomp listener");
-    }
-    guard_options.sandbox_pid = proc.pid;
-    guard_options.protected_entries = std::move(protected_entries);
-    guard_options.protected_globs = std::move(protected_globs);
-    guard_options.arch = seccomp->arch();
-    absl::StatusOr<std::unique_ptr<CreationGuard>> started =
-        CreationGuard::Start(std::move(guard_options));
-    if (started.ok()) {
-      guard = *std::move(started);
-    } else {
-      // A short command may be over, and its init exiting (its root released before it turns
-      // zombie, when the pidfd says so) before the guard looks: then no process is left that
-      // could create anything. Otherwise nothing runs unguarded.
-      struct pollfd ended = {proc.pidfd.get(), POLLIN, 0};
-      if (::poll(&ended, 1, /*timeout_ms=*/1000) != 1) {
-        KillSandbox(proc);
-        return started.status();
-      }
-    }
-  }
-
-  SuperviseOptions watch;
-  watch.wall_timeout = request.limits.wall_timeout;
-  watch.cpu_timeout = request.limits.cpu_timeout;
-  watch.cpus = request.limits.cpus;
-  watch.capture = request.capture;
-  watch.live_stdout_fd = request.live_stdout_fd;
-  watch.live_stderr_fd = request.live_stderr_fd;
-  watch.filter_live = request.filter_live;
-  watch.stdin_source_fd = request.stdin_fd;
-  watch.cancel_fd = request.cancel_fd;
-  watch.arch = seccomp->arch();
-  watch.creation_guard = guard.get();
-  absl::StatusOr<RunResult> result = Supervise(proc, *cgroup, watch);
-  if (egress) {
-    std::vector<Violation> denials = egress->Finish();
-    if (result.ok()) {
-      result->violations.insert(result->violations.end(), denials.begin(), denials.end());
-    }
-  }
+  // 6. The guard, before the command's first creating call returns.
+  ASSIGN_OR_RETURN(std::unique_ptr<CreationGuard> guard,
+                   StartGuard(*seccomp, proc, std::move(protected_entries),
+                              std::move(protected_globs)));
+  // 7. Supervision until init ends, then what egress and the guard refused.
+  ASSIGN_OR_RETURN(Cgroup * run_cgroup, cgroup->Get());
+  absl::StatusOr<RunResult> result =
+      Supervise(proc, *run_cgroup, SuperviseOptionsFor(request, *seccomp, guard.get()));
+  if (egress) AddViolations(result, egress->Finish());
   if (result.ok()) result->notes = request.notes;
-  if (guard) {
-    std::vector<Violation> refused = guard->Stop();
-    if (result.ok()) {
-      result->violations.insert(result->violations.end(), refused.begin(), refused.end());
-    }
-  }
+  if (guard) AddViolations(result, guard->Stop());
   if (request.trace) {
-    std::vector<std::pair<const char*, absl::Time>> timeline = {
-        {"cgroup ready (v2) or warm-up started (v1)", cgroup_ready},
-        {"seccomp ready", seccomp_ready},
-        {"mount plan", planned},
-        {!prepared_net ? "network namespace not prepared"
-         : network->source() == NetworkPreparation::Source::kPool
-             ? "network namespace from the pool"
-             : "network namespace made meanwhile",
-         network_ready}};
-    timeline.insert(timeline.end(), proc.timeline.begin(), proc.timeline.end());
-    if (child_trace != nullptr) {
-      std::vector<std::pair<const char*, absl::Time>> child = child_trace->Timeline();
-      timeline.insert(timeline.end(), child.begin(), child.end());
-    }
-    if (result.ok()) {
-      // Init's end: the kernel has torn down its namespaces and killed what was left.
-      timeline.emplace_back("init reaped", proc.started + absl::Seconds(result->wall_seconds));
-    }
-    timeline.emplace_back("supervision done", absl::Now());
-    std::stable_sort(timeline.begin(), timeline.end(),
-                     [](const auto& a, const auto& b) { return a.second < b.second; });
-    for (const auto& [phase, at] : timeline) {
-      std::fprintf(stderr, "moat trace: %8.3f ms  %s\n", absl::ToDoubleMilliseconds(at - begin),
-                   phase);
-    }
+    PrintTrace(begin,
+               {{"cgroup ready (v2) or warm-up started (v1)", cgroup_ready},
+                {"seccomp ready", seccomp_ready},
+                {"mount plan", planned},
+                {!prepared_net ? "network namespace not prepared"
+                 : network->source() == NetworkPreparation::Source::kPool
+                     ? "network namespace from the pool"
+                     : "network namespace made meanwhile",
+                 network_ready}},
+               proc, child_trace, result);
   }
   return result;
 }
