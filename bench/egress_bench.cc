@@ -215,7 +215,7 @@ int Main(int argc, char** argv) {
   }
   const std::string log_path = absl::StrCat(log_dir, "/audit.log");
   absl::StatusOr<std::unique_ptr<egress::AuditLog>> audit = egress::AuditLog::Open(log_path);
-  absl::StatusOr<egress::EgressRules> rules = egress::EgressRules::Create({"origin.test"}, {});
+  absl::StatusOr<egress::EgressRules> rules = egress::EgressRules::Parse({"origin.test"}, {});
   if (!audit.ok() || !rules.ok()) {
     std::fprintf(stderr, "egress_bench: setup failed: %s %s\n", audit.status().ToString().c_str(),
                  rules.status().ToString().c_str());

@@ -2,28 +2,33 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "sandbox/testing/values.h"
 
 namespace moat::sandbox {
 namespace {
 
+using testing::Cidrs;
 using ::testing::Contains;
+using testing::DnsServers;
+using testing::Domains;
 using ::testing::ElementsAre;
 using ::testing::Not;
+using testing::Texts;
 
 TEST(EgressOptionsForTest, CarriesEveryNetworkSettingOfThePolicy) {
   Policy policy;
-  policy.allowed_domains = {"pypi.org", "*.pythonhosted.org"};
-  policy.denied_domains = {"evil.pypi.org"};
-  policy.allowed_cidrs = {"10.1.0.0/16"};
-  policy.dns_servers = {"192.0.2.53:53"};
+  policy.allowed_domains = Domains({"pypi.org", "*.pythonhosted.org"});
+  policy.denied_domains = Domains({"evil.pypi.org"});
+  policy.allowed_cidrs = Cidrs({"10.1.0.0/16"});
+  policy.dns_servers = DnsServers({"192.0.2.53:53"});
   policy.egress.max_request_body_bytes = 1234;
   policy.egress.requests_per_minute = 56;
   policy.transparent = true;
   egress::EgressOptions e = EgressOptionsFor(policy, "/var/log/audit.jsonl");
-  EXPECT_THAT(e.allowed_domains, ElementsAre("pypi.org", "*.pythonhosted.org"));
-  EXPECT_THAT(e.denied_domains, ElementsAre("evil.pypi.org"));
-  EXPECT_THAT(e.allowed_cidrs, ElementsAre("10.1.0.0/16"));
-  EXPECT_THAT(e.dns_servers, ElementsAre("192.0.2.53:53"));
+  EXPECT_THAT(Texts(e.allowed_domains), ElementsAre("pypi.org", "*.pythonhosted.org"));
+  EXPECT_THAT(Texts(e.denied_domains), ElementsAre("evil.pypi.org"));
+  EXPECT_THAT(Texts(e.allowed_cidrs), ElementsAre("10.1.0.0/16"));
+  EXPECT_THAT(Texts(e.dns_servers), ElementsAre("192.0.2.53:53"));
   EXPECT_EQ(e.max_request_body_bytes, 1234u);
   EXPECT_EQ(e.requests_per_minute, 56u);
   EXPECT_TRUE(e.transparent);
@@ -36,7 +41,7 @@ TEST(EgressOptionsForTest, CarriesEveryNetworkSettingOfThePolicy) {
 // log, and what the caller names private (the agent's state directory).
 TEST(IsolationForTest, HidesMoatsRecordsAndTheAuditLog) {
   Policy policy;
-  policy.allowed_domains = {"pypi.org"};
+  policy.allowed_domains = Domains({"pypi.org"});
   IsolationInputs inputs;
   inputs.host.proc_net_unix = "/dev/null";
   inputs.audit_log = "/var/log/moat-audit.jsonl";
@@ -60,7 +65,7 @@ TEST(IsolationForTest, NoDomainMeansNoEgress) {
   EXPECT_THAT(isolation->mounts.hidden_paths, Contains(std::string(egress::kStateDir)));
 
   Policy with_domain;
-  with_domain.allowed_domains = {"pypi.org"};
+  with_domain.allowed_domains = Domains({"pypi.org"});
   isolation = IsolationFor(with_domain, inputs);
   ASSERT_TRUE(isolation.ok()) << isolation.status();
   ASSERT_TRUE(isolation->egress.has_value());

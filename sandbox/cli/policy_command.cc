@@ -10,6 +10,7 @@
 #include "sandbox/cli/run_command.h"
 #include "sandbox/cli/run_flags.h"
 #include "sandbox/policy/policy.h"
+#include "sandbox/values/texts.h"
 #include "util/units.h"
 
 namespace moat::cli {
@@ -37,10 +38,10 @@ nlohmann::json PolicyJson(const sandbox::Policy& p) {
         {"wallTimeout", seconds(p.limits.wall_timeout)},
         {"tmpfsSize", p.limits.tmpfs_bytes}}},
       {"network",
-       {{"allowedDomains", p.allowed_domains},
-        {"deniedDomains", p.denied_domains},
-        {"allowedCidrs", p.allowed_cidrs},
-        {"dnsServers", p.dns_servers},
+       {{"allowedDomains", ValueTexts(p.allowed_domains)},
+        {"deniedDomains", ValueTexts(p.denied_domains)},
+        {"allowedCidrs", ValueTexts(p.allowed_cidrs)},
+        {"dnsServers", ValueTexts(p.dns_servers)},
         {"transparent", p.transparent},
         {"maxRequestBodyBytes", p.egress.max_request_body_bytes},
         {"requestsPerMinute", p.egress.requests_per_minute}}},
@@ -79,10 +80,10 @@ void PrintText(const sandbox::Policy& p, const sandbox::PolicyOrigins& o) {
   line("limits.cpuTimeout", absl::FormatDuration(p.limits.cpu_timeout));
   line("limits.wallTimeout", absl::FormatDuration(p.limits.wall_timeout));
   line("limits.tmpfsSize", FormatSize(p.limits.tmpfs_bytes));
-  list("network.allowedDomains", p.allowed_domains);
-  list("network.deniedDomains", p.denied_domains);
-  list("network.allowedCidrs", p.allowed_cidrs);
-  list("network.dnsServers", p.dns_servers);
+  list("network.allowedDomains", ValueTexts(p.allowed_domains));
+  list("network.deniedDomains", ValueTexts(p.denied_domains));
+  list("network.allowedCidrs", ValueTexts(p.allowed_cidrs));
+  list("network.dnsServers", ValueTexts(p.dns_servers));
   line("network.transparent", p.transparent ? "true" : "false");
   line("network.maxRequestBodyBytes", FormatSize(p.egress.max_request_body_bytes));
   line("network.requestsPerMinute", absl::StrCat(p.egress.requests_per_minute));

@@ -12,7 +12,7 @@ using ::testing::HasSubstr;
 
 EgressRules Rules(const std::vector<std::string>& allowed,
                   const std::vector<std::string>& denied = {}) {
-  absl::StatusOr<EgressRules> rules = EgressRules::Create(allowed, denied);
+  absl::StatusOr<EgressRules> rules = EgressRules::Parse(allowed, denied);
   EXPECT_TRUE(rules.ok()) << rules.status();
   return *rules;
 }

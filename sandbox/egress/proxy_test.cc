@@ -159,7 +159,7 @@ class ProxyTest : public ::testing::Test {
 
   void StartProxy(const std::vector<std::string>& allowed,
                   const std::vector<std::string>& denied = {}, bool loopback_allowed = true) {
-    absl::StatusOr<EgressRules> rules = EgressRules::Create(allowed, denied);
+    absl::StatusOr<EgressRules> rules = EgressRules::Parse(allowed, denied);
     ASSERT_TRUE(rules.ok()) << rules.status();
     std::vector<Cidr> cidrs;
     if (loopback_allowed) cidrs.push_back(*Cidr::Parse("127.0.0.0/8"));

@@ -51,18 +51,29 @@ bool MatchesName(const DomainPattern& pattern, absl::string_view host) {
 
 }  // namespace
 
-absl::StatusOr<EgressRules> EgressRules::Create(const std::vector<std::string>& allowed,
-                                                const std::vector<std::string>& denied) {
+absl::StatusOr<EgressRules> EgressRules::Create(std::vector<DomainPattern> allowed,
+                                                std::vector<DomainPattern> denied) {
+  for (const DomainPattern& pattern : allowed) {
+    // The allow-list parser refuses exactly these; a pattern parsed for a deny list may hold them.
+    if (absl::Status wide = DomainPattern::Parse(pattern.ToString()).status(); !wide.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("network.allowedDomains: ", wide.message()));
+    }
+  }
   EgressRules rules;
+  rules.allowed_ = std::move(allowed);
+  rules.denied_ = std::move(denied);
+  return rules;
+}
+
+absl::StatusOr<EgressRules> EgressRules::Parse(const std::vector<std::string>& allowed,
+                                               const std::vector<std::string>& denied) {
   absl::StatusOr<std::vector<DomainPattern>> allow =
       ParseList(allowed, DomainPattern::ListKind::kAllow, "network.allowedDomains");
   if (!allow.ok()) return allow.status();
   absl::StatusOr<std::vector<DomainPattern>> deny =
       ParseList(denied, DomainPattern::ListKind::kDeny, "network.deniedDomains");
   if (!deny.ok()) return deny.status();
-  rules.allowed_ = *std::move(allow);
-  rules.denied_ = *std::move(deny);
-  return rules;
+  return Create(*std::move(allow), *std::move(deny));
 }
 
 Decision EgressRules::Decide(const CanonicalHost& host, uint16_t port) const {

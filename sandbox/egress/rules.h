@@ -23,9 +23,14 @@ struct Decision {
 
 class EgressRules {
  public:
-  // The lists as the policy holds them (normalised DomainPattern texts; see policy.h).
-  static absl::StatusOr<EgressRules> Create(const std::vector<std::string>& allowed,
-                                            const std::vector<std::string>& denied);
+  // The lists as the policy holds them (policy.h). An allow entry that would open everything or
+  // a whole top-level domain ("*", "*.com": a deny list's pattern passed as an allow one) is
+  // refused, whoever built the list.
+  static absl::StatusOr<EgressRules> Create(std::vector<sandbox::DomainPattern> allowed,
+                                            std::vector<sandbox::DomainPattern> denied);
+  // From texts (tests, benches): each parsed for its list, the list's key named in errors.
+  static absl::StatusOr<EgressRules> Parse(const std::vector<std::string>& allowed,
+                                           const std::vector<std::string>& denied);
 
   // A connection to host:port.
   Decision Decide(const CanonicalHost& host, uint16_t port) const;

@@ -22,24 +22,35 @@ CanonicalHost Host(absl::string_view raw) {
 
 EgressRules Rules(const std::vector<std::string>& allowed,
                   const std::vector<std::string>& denied = {}) {
-  absl::StatusOr<EgressRules> rules = EgressRules::Create(allowed, denied);
+  absl::StatusOr<EgressRules> rules = EgressRules::Parse(allowed, denied);
   EXPECT_TRUE(rules.ok()) << rules.status();
-  return rules.ok() ? *rules : *EgressRules::Create({}, {});
+  return rules.ok() ? *rules : *EgressRules::Parse({}, {});
 }
 
 TEST(EgressRulesTest, CreateRefusesBadEntriesNamingTheList) {
-  absl::StatusOr<EgressRules> star = EgressRules::Create({"*"}, {});
+  absl::StatusOr<EgressRules> star = EgressRules::Parse({"*"}, {});
   ASSERT_FALSE(star.ok());
   EXPECT_THAT(star.status().message(), HasSubstr("network.allowedDomains"));
 
-  absl::StatusOr<EgressRules> bad_deny = EgressRules::Create({"example.com"}, {"bad_name.com"});
+  absl::StatusOr<EgressRules> bad_deny = EgressRules::Parse({"example.com"}, {"bad_name.com"});
   ASSERT_FALSE(bad_deny.ok());
   EXPECT_THAT(bad_deny.status().message(), HasSubstr("network.deniedDomains"));
 
   // "*" is fine in a deny list.
-  EXPECT_TRUE(EgressRules::Create({"example.com"}, {"*"}).ok());
+  EXPECT_TRUE(EgressRules::Parse({"example.com"}, {"*"}).ok());
   EXPECT_TRUE(Rules({}).empty());
   EXPECT_FALSE(Rules({"example.com"}).empty());
+}
+
+TEST(EgressRulesTest, CreateRefusesADenyListsPatternInTheAllowList) {
+  for (const char* wide : {"*", "*.com"}) {
+    absl::StatusOr<sandbox::DomainPattern> pattern =
+        sandbox::DomainPattern::Parse(wide, sandbox::DomainPattern::ListKind::kDeny);
+    ASSERT_TRUE(pattern.ok()) << pattern.status();
+    absl::StatusOr<EgressRules> rules = EgressRules::Create({*pattern}, {});
+    EXPECT_FALSE(rules.ok()) << wide << " would open " << (wide[1] ? "a whole TLD" : "everything");
+    EXPECT_TRUE(EgressRules::Create({}, {*pattern}).ok()) << "fine as a denial";
+  }
 }
 
 TEST(EgressRulesTest, DecideWithWildcardsApexAndPorts) {

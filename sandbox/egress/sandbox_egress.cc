@@ -138,11 +138,7 @@ absl::StatusOr<std::unique_ptr<EgressSession>> EgressSession::Create(const Egres
                    EgressRules::Create(options.allowed_domains, options.denied_domains));
   s->rules_ = std::make_unique<EgressRules>(std::move(rules));
 
-  std::vector<Cidr> cidrs;
-  for (const std::string& text : options.allowed_cidrs) {
-    ASSIGN_OR_RETURN(Cidr cidr, Cidr::Parse(text));
-    cidrs.push_back(cidr);
-  }
+  std::vector<Cidr> cidrs = options.allowed_cidrs;
   absl::StatusOr<std::vector<IpAddress>> host_addresses = HostAddresses();
   if (!host_addresses.ok()) {
     return absl::Status(
@@ -161,10 +157,7 @@ absl::StatusOr<std::unique_ptr<EgressSession>> EgressSession::Create(const Egres
     }
     servers = *std::move(host);
   } else {
-    for (const std::string& text : options.dns_servers) {
-      ASSIGN_OR_RETURN(DnsServer server, ParseDnsServer(text));
-      servers.push_back(server);
-    }
+    servers = options.dns_servers;
   }
   ASSIGN_OR_RETURN(std::unique_ptr<DnsResolver> resolver, DnsResolver::Create(std::move(servers)));
   s->resolver_ = std::move(resolver);

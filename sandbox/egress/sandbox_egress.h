@@ -30,6 +30,8 @@
 #include "sandbox/egress/rules.h"
 #include "sandbox/egress/sk_lookup.h"
 #include "sandbox/output/result.h"
+#include "sandbox/values/dns_server.h"
+#include "sandbox/values/domain_pattern.h"
 #include "sandbox/values/ip_address.h"
 #include "util/unique_fd.h"
 
@@ -45,9 +47,9 @@ inline constexpr char kDefaultAuditLog[] = "/var/lib/moat/egress-audit.jsonl";
 
 struct EgressOptions {
   std::string sandbox_id;
-  std::vector<std::string> allowed_domains, denied_domains;  // DomainPattern texts
-  std::vector<std::string> allowed_cidrs;                    // Cidr texts
-  std::vector<std::string> dns_servers;                      // empty: the host's resolv.conf
+  std::vector<sandbox::DomainPattern> allowed_domains, denied_domains;
+  std::vector<Cidr> allowed_cidrs;
+  std::vector<DnsServer> dns_servers;  // empty: the host's resolv.conf
   uint64_t max_request_body_bytes = 16ull << 20;
   uint64_t requests_per_minute = 600;
   bool transparent = false;

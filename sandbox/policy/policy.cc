@@ -20,6 +20,7 @@
 #include "sandbox/values/dns_server.h"
 #include "sandbox/values/domain_pattern.h"
 #include "sandbox/values/ip_address.h"
+#include "sandbox/values/texts.h"
 #include "util/env.h"
 #include "util/status_macros.h"
 #include "util/units.h"
@@ -47,23 +48,38 @@ absl::Status WideningError(const PolicyLayer& layer, absl::string_view key,
   return KeyError(layer, key, message, absl::StatusCode::kPermissionDenied);
 }
 
-void AppendUnique(std::vector<std::string>* list, std::string value) {
+template <typename T>
+void AppendUnique(std::vector<T>* list, T value) {
   if (std::find(list->begin(), list->end(), value) == list->end())
     list->push_back(std::move(value));
 }
 
-// Parses and normalises the domain patterns of one list.
-absl::StatusOr<std::vector<std::string>> NormaliseDomains(const PolicyLayer& layer,
-                                                          absl::string_view key,
-                                                          const std::vector<std::string>& raw,
-                                                          DomainPattern::ListKind kind) {
-  std::vector<std::string> out;
+// Parses one list of a layer's network values (domain patterns, CIDRs, DNS servers) into
+// values, without duplicates; an entry that does not parse is the layer's error under `key`.
+template <typename T, typename Parse>
+absl::StatusOr<std::vector<T>> ParseValues(const PolicyLayer& layer, absl::string_view key,
+                                           const std::vector<std::string>& raw, Parse parse) {
+  std::vector<T> out;
   for (const std::string& text : raw) {
-    absl::StatusOr<DomainPattern> pattern = DomainPattern::Parse(text, kind);
-    if (!pattern.ok()) return KeyError(layer, key, pattern.status().message());
-    AppendUnique(&out, pattern->ToString());
+    absl::StatusOr<T> value = parse(text);
+    if (!value.ok()) return KeyError(layer, key, value.status().message());
+    AppendUnique(&out, *std::move(value));
   }
   return out;
+}
+
+absl::StatusOr<std::vector<DomainPattern>> NormaliseDomains(const PolicyLayer& layer,
+                                                            absl::string_view key,
+                                                            const std::vector<std::string>& raw,
+                                                            DomainPattern::ListKind kind) {
+  return ParseValues<DomainPattern>(
+      layer, key, raw, [kind](absl::string_view text) { return DomainPattern::Parse(text, kind); });
+}
+
+const std::vector<std::string>& Texts(const std::vector<std::string>& texts) { return texts; }
+template <typename T>
+std::vector<std::string> Texts(const std::vector<T>& values) {
+  return ValueTexts(values);
 }
 
 // Layers carry resolved paths; this re-checks them, since flags are built outside this module.
@@ -84,8 +100,10 @@ absl::StatusOr<std::vector<std::string>> NormalisePaths(const PolicyLayer& layer
   return out;
 }
 
-std::string DescribeList(const std::vector<std::string>& list) {
+template <typename T>
+std::string DescribeList(const std::vector<T>& values) {
   constexpr size_t kMaxShown = 8;
+  const std::vector<std::string>& list = Texts(values);
   std::vector<std::string> shown;
   for (size_t i = 0; i < list.size() && i < kMaxShown; ++i) shown.push_back(list[i]);
   std::string out = absl::StrJoin(shown, ", ");
@@ -171,19 +189,15 @@ absl::Status MergeAllowedDomains(const PolicyLayer& layer, LayerTrust trust, Pol
   if (!layer.allowed_domains) return absl::OkStatus();
   constexpr absl::string_view kKey = "network.allowedDomains";
   ASSIGN_OR_RETURN(
-      std::vector<std::string> domains,
+      std::vector<DomainPattern> domains,
       NormaliseDomains(layer, kKey, *layer.allowed_domains, DomainPattern::ListKind::kAllow));
   if (trust == LayerTrust::kProject) {
-    std::vector<DomainPattern> current;
-    for (const std::string& text : policy->allowed_domains) {
-      // The policy only ever holds normalised patterns; one that no longer parses covers nothing.
-      if (auto p = DomainPattern::Parse(text); p.ok()) current.push_back(*std::move(p));
-    }
-    for (const std::string& text : domains) {
-      DomainPattern wanted = *DomainPattern::Parse(text);
+    const std::vector<DomainPattern>& current = policy->allowed_domains;
+    for (const DomainPattern& wanted : domains) {
       bool covered = std::any_of(current.begin(), current.end(),
                                  [&](const DomainPattern& p) { return p.Covers(wanted); });
       if (covered) continue;
+      const std::string text = wanted.ToString();
       if (policy->allowed_domains.empty()) {
         return WideningError(layer, kKey,
                              absl::StrCat(QuoteForMessage(text),
@@ -208,26 +222,24 @@ absl::Status MergeEgress(const PolicyLayer& layer, LayerTrust trust, Policy* pol
   const bool project = trust == LayerTrust::kProject;
   if (layer.allowed_cidrs) {
     constexpr absl::string_view kKey = "network.allowedCidrs";
-    std::vector<std::string> cidrs;
-    for (const std::string& text : *layer.allowed_cidrs) {
-      absl::StatusOr<std::string> cidr = NormaliseCidr(text);
-      if (!cidr.ok()) return KeyError(layer, kKey, cidr.status().message());
-      AppendUnique(&cidrs, *std::move(cidr));
-    }
+    ASSIGN_OR_RETURN(
+        std::vector<egress::Cidr> cidrs,
+        ParseValues<egress::Cidr>(layer, kKey, *layer.allowed_cidrs, [](absl::string_view text) {
+          return egress::Cidr::Parse(text);
+        }));
     if (project) {
-      for (const std::string& text : cidrs) {
-        egress::Cidr wanted = *egress::Cidr::Parse(text);
-        bool covered = std::any_of(
-            policy->allowed_cidrs.begin(), policy->allowed_cidrs.end(), [&](const std::string& c) {
-              absl::StatusOr<egress::Cidr> have = egress::Cidr::Parse(c);
-              return have.ok() && have->prefix_length() <= wanted.prefix_length() &&
-                     have->Contains(wanted.base());
-            });
+      for (const egress::Cidr& wanted : cidrs) {
+        bool covered = std::any_of(policy->allowed_cidrs.begin(), policy->allowed_cidrs.end(),
+                                   [&](const egress::Cidr& have) {
+                                     return have.prefix_length() <= wanted.prefix_length() &&
+                                            have.Contains(wanted.base());
+                                   });
         if (covered) continue;
         return WideningError(
             layer, kKey,
             absl::StrCat(
-                QuoteForMessage(text), " is not inside a range the layers below allow (",
+                QuoteForMessage(wanted.ToString()),
+                " is not inside a range the layers below allow (",
                 policy->allowed_cidrs.empty() ? "none" : DescribeList(policy->allowed_cidrs), "); ",
                 kTrustHint));
       }
@@ -236,26 +248,23 @@ absl::Status MergeEgress(const PolicyLayer& layer, LayerTrust trust, Policy* pol
   }
   if (layer.dns_servers) {
     constexpr absl::string_view kKey = "network.dnsServers";
-    std::vector<std::string> servers;
-    for (const std::string& text : *layer.dns_servers) {
-      absl::StatusOr<std::string> server = NormaliseDnsServer(text);
-      if (!server.ok()) return KeyError(layer, kKey, server.status().message());
-      AppendUnique(&servers, *std::move(server));
-    }
+    ASSIGN_OR_RETURN(
+        std::vector<egress::DnsServer> servers,
+        ParseValues<egress::DnsServer>(layer, kKey, *layer.dns_servers, egress::ParseDnsServer));
     if (servers.empty()) {
       return KeyError(layer, kKey,
                       "is empty; remove the key to use the host's /etc/resolv.conf, or list at "
                       "least one server");
     }
     if (project) {
-      for (const std::string& server : servers) {
+      for (const egress::DnsServer& server : servers) {
         if (std::find(policy->dns_servers.begin(), policy->dns_servers.end(), server) !=
             policy->dns_servers.end()) {
           continue;
         }
         return WideningError(
             layer, kKey,
-            absl::StrCat(QuoteForMessage(server),
+            absl::StrCat(QuoteForMessage(server.ToString()),
                          policy->dns_servers.empty()
                              ? " would replace the host's resolvers, which the layers below use"
                              : absl::StrCat(" is not one of the resolvers the layers below use (",
@@ -326,10 +335,10 @@ absl::Status MergeAllowWrite(const PolicyLayer& layer, LayerTrust trust, Policy*
 // Deny lists only ever grow, whoever writes them.
 absl::Status MergeDenyLists(const PolicyLayer& layer, Policy* policy) {
   if (layer.denied_domains) {
-    ASSIGN_OR_RETURN(std::vector<std::string> domains,
+    ASSIGN_OR_RETURN(std::vector<DomainPattern> domains,
                      NormaliseDomains(layer, "network.deniedDomains", *layer.denied_domains,
                                       DomainPattern::ListKind::kDeny));
-    for (std::string& d : domains) AppendUnique(&policy->denied_domains, std::move(d));
+    for (DomainPattern& d : domains) AppendUnique(&policy->denied_domains, std::move(d));
   }
   if (layer.deny_read) {
     ASSIGN_OR_RETURN(std::vector<std::string> paths,
@@ -720,8 +729,8 @@ void NoteOrigins(const Policy& before, const Policy& after, absl::string_view so
         before.egress.requests_per_minute != after.egress.requests_per_minute);
   value("network.transparent", before.transparent != after.transparent);
   value("filesystem.hideHome", before.hide_home != after.hide_home);
-  auto list = [&](const char* key, const std::vector<std::string>& was,
-                  const std::vector<std::string>& now) {
+  auto list = [&](const char* key, const auto& typed_was, const auto& typed_now) {
+    const std::vector<std::string> was = Texts(typed_was), now = Texts(typed_now);
     std::map<std::string, std::string>& seen = origins->elements[key];
     for (const std::string& v : now) {
       if (std::find(was.begin(), was.end(), v) == was.end() || !seen.count(v)) {

@@ -23,6 +23,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "sandbox/values/dns_server.h"
+#include "sandbox/values/domain_pattern.h"
+#include "sandbox/values/ip_address.h"
 #include "util/paths.h"
 
 namespace moat::sandbox {
@@ -44,13 +47,14 @@ struct EgressLimits {
 
 struct Policy {
   Limits limits;
-  std::vector<std::string> allowed_domains;  // normalised DomainPattern texts
-  std::vector<std::string> denied_domains;
-  // Ranges the proxy may dial although they are loopback, private or link-local (normalised
-  // Cidr texts, see egress/ip_address.h). Default: none.
-  std::vector<std::string> allowed_cidrs;
-  // Upstream resolvers ("192.0.2.53:53", "[::1]:53"); empty: the host's /etc/resolv.conf.
-  std::vector<std::string> dns_servers;
+  // Network values are parsed once, when a layer is merged, and travel as values from here to
+  // the egress proxy (sandbox/values/). Each list holds no duplicates, in the order given.
+  std::vector<DomainPattern> allowed_domains;
+  std::vector<DomainPattern> denied_domains;
+  // Ranges the proxy may dial although they are loopback, private or link-local. Default: none.
+  std::vector<egress::Cidr> allowed_cidrs;
+  // Upstream resolvers; empty: the host's /etc/resolv.conf.
+  std::vector<egress::DnsServer> dns_servers;
   EgressLimits egress;
   bool transparent = false;  // network.transparent: allowed names resolve to proxied addresses
   std::vector<std::string> deny_read;  // absolute, lexically normalised host paths
@@ -72,7 +76,8 @@ struct PathContext {
   std::string cwd;   // absolute; for relative paths and for finding project files
 };
 
-// One layer as written: only the keys that were present are set. Paths are absolute and
+// One layer as written (the edge: a file, flags, an API request): only the keys that were present
+// are set; network values are still texts, checked where they were read. Paths are absolute and
 // normalised (ParsePolicyText resolves "~" and relative paths; the CLI uses ResolvePolicyPath).
 struct PolicyLayer {
   std::string source;  // file path, or e.g. "command line"

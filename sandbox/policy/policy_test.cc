@@ -14,16 +14,21 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "sandbox/testing/values.h"
 
 namespace moat::sandbox {
 namespace {
 
+using testing::Cidrs;
 using ::testing::Contains;
+using testing::DnsServers;
+using testing::Domains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 using ::testing::Pair;
+using testing::Texts;
 
 std::string Message(const absl::Status& status) { return std::string(status.message()); }
 
@@ -108,7 +113,7 @@ TEST(DescribeSourceTest, QuotesFilesOnly) {
 
 TEST(ApplyLayerTest, TrustedLayerReplacesAllowListsAndLimits) {
   Policy policy;
-  policy.allowed_domains = {"a.com"};
+  policy.allowed_domains = Domains({"a.com"});
   policy.allow_write = {"/old"};
   PolicyLayer layer = Layer("/home/u/.config/moat/policy.yaml");
   layer.allowed_domains = {{"B.com", "*.c.com:443"}};
@@ -121,7 +126,7 @@ TEST(ApplyLayerTest, TrustedLayerReplacesAllowListsAndLimits) {
   layer.tmpfs_bytes = 1ull << 30;
   layer.hide_home = false;
   ASSERT_TRUE(ApplyLayer(layer, LayerTrust::kTrusted, &policy).ok());
-  EXPECT_THAT(policy.allowed_domains, ElementsAre("b.com", "*.c.com:443"));
+  EXPECT_THAT(Texts(policy.allowed_domains), ElementsAre("b.com", "*.c.com:443"));
   EXPECT_THAT(policy.allow_write, ElementsAre("/new", "/new2"));
   EXPECT_EQ(policy.limits.memory_bytes, 2ull << 30);
   EXPECT_EQ(policy.limits.pids, 1000u);
@@ -135,7 +140,7 @@ TEST(ApplyLayerTest, TrustedLayerReplacesAllowListsAndLimits) {
 
 TEST(ApplyLayerTest, TrustedLayerMayEmptyTheAllowLists) {
   Policy policy;
-  policy.allowed_domains = {"a.com"};
+  policy.allowed_domains = Domains({"a.com"});
   policy.allow_write = {"/w"};
   PolicyLayer layer = Layer("command line");
   layer.allowed_domains.emplace();
@@ -148,7 +153,7 @@ TEST(ApplyLayerTest, TrustedLayerMayEmptyTheAllowLists) {
 TEST(ApplyLayerTest, DenyListsAreUnionsForEveryTrust) {
   for (LayerTrust trust : {LayerTrust::kTrusted, LayerTrust::kProject}) {
     Policy policy;
-    policy.denied_domains = {"a.com"};
+    policy.denied_domains = Domains({"a.com"}, DomainPattern::ListKind::kDeny);
     policy.deny_read = {"/r1"};
     policy.deny_write = {"/w1"};
     PolicyLayer layer = Layer("/p.yaml");
@@ -156,7 +161,7 @@ TEST(ApplyLayerTest, DenyListsAreUnionsForEveryTrust) {
     layer.deny_read = {{"/r2", "/r1"}};
     layer.deny_write = {{"/w2"}};
     ASSERT_TRUE(ApplyLayer(layer, trust, &policy).ok());
-    EXPECT_THAT(policy.denied_domains, ElementsAre("a.com", "b.com"));
+    EXPECT_THAT(Texts(policy.denied_domains), ElementsAre("a.com", "b.com"));
     EXPECT_THAT(policy.deny_read, ElementsAre("/r1", "/r2"));
     EXPECT_THAT(policy.deny_write, ElementsAre("/w1", "/w2"));
     // An empty deny list removes nothing.
@@ -243,7 +248,7 @@ TEST(ApplyLayerTest, NormalisesPathsAndDomainsFromFlags) {
   layer.allowed_domains = {{"X.COM.", "x.com"}};
   ASSERT_TRUE(ApplyLayer(layer, LayerTrust::kTrusted, &policy).ok());
   EXPECT_THAT(policy.allow_write, ElementsAre("/a/b"));
-  EXPECT_THAT(policy.allowed_domains, ElementsAre("x.com"));
+  EXPECT_THAT(Texts(policy.allowed_domains), ElementsAre("x.com"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -251,7 +256,7 @@ TEST(ApplyLayerTest, NormalisesPathsAndDomainsFromFlags) {
 
 Policy TrustedBase() {
   Policy policy;
-  policy.allowed_domains = {"*.example.com", "api.x.com:443", "pypi.org"};
+  policy.allowed_domains = Domains({"*.example.com", "api.x.com:443", "pypi.org"});
   policy.allow_write = {"/repo", "/tmp/cache"};
   return policy;
 }
@@ -318,7 +323,7 @@ TEST(ApplyLayerProjectTest, MayNarrowAllowedDomains) {
   PolicyLayer layer = Layer(std::string(kProject));
   layer.allowed_domains = {{"a.example.com", "*.b.example.com", "api.x.com:443", "pypi.org:443"}};
   ASSERT_TRUE(ApplyLayer(layer, LayerTrust::kProject, &policy).ok());
-  EXPECT_THAT(policy.allowed_domains,
+  EXPECT_THAT(Texts(policy.allowed_domains),
               ElementsAre("a.example.com", "*.b.example.com", "api.x.com:443", "pypi.org:443"));
   // And narrow to nothing.
   PolicyLayer none = Layer(std::string(kProject));
@@ -423,8 +428,8 @@ TEST(ApplyLayerTest, TrustedLayerSetsEgressKeys) {
   layer.requests_per_minute = 5;
   layer.transparent = true;
   ASSERT_TRUE(ApplyLayer(layer, LayerTrust::kTrusted, &policy).ok());
-  EXPECT_THAT(policy.allowed_cidrs, ElementsAre("127.0.0.0/8", "fd00::/8"));
-  EXPECT_THAT(policy.dns_servers, ElementsAre("127.0.0.1:5353"));
+  EXPECT_THAT(Texts(policy.allowed_cidrs), ElementsAre("127.0.0.0/8", "fd00::/8"));
+  EXPECT_THAT(Texts(policy.dns_servers), ElementsAre("127.0.0.1:5353"));
   EXPECT_EQ(policy.egress.max_request_body_bytes, 1024u);
   EXPECT_EQ(policy.egress.requests_per_minute, 5u);
   EXPECT_TRUE(policy.transparent);
@@ -437,8 +442,8 @@ TEST(ApplyLayerTest, TrustedLayerSetsEgressKeys) {
 
 TEST(ApplyLayerProjectTest, MayNarrowEgressButNotWidenIt) {
   Policy base;
-  base.allowed_cidrs = {"10.0.0.0/8"};
-  base.dns_servers = {"127.0.0.1:53", "127.0.0.2:53"};
+  base.allowed_cidrs = Cidrs({"10.0.0.0/8"});
+  base.dns_servers = DnsServers({"127.0.0.1:53", "127.0.0.2:53"});
   base.transparent = true;
 
   PolicyLayer narrow = Layer(std::string(kProject));
@@ -449,8 +454,8 @@ TEST(ApplyLayerProjectTest, MayNarrowEgressButNotWidenIt) {
   narrow.transparent = false;
   Policy policy = base;
   ASSERT_TRUE(ApplyLayer(narrow, LayerTrust::kProject, &policy).ok());
-  EXPECT_THAT(policy.allowed_cidrs, ElementsAre("10.2.0.0/16"));
-  EXPECT_THAT(policy.dns_servers, ElementsAre("127.0.0.2:53"));
+  EXPECT_THAT(Texts(policy.allowed_cidrs), ElementsAre("10.2.0.0/16"));
+  EXPECT_THAT(Texts(policy.dns_servers), ElementsAre("127.0.0.2:53"));
   EXPECT_FALSE(policy.transparent);
 
   struct Case {
@@ -632,8 +637,8 @@ env:
   ASSERT_TRUE(policy.ok()) << policy.status();
   EXPECT_THAT(policy->sources,
               ElementsAre(UserFile(), MoatFile(), PiFile(), explicit_file, "command line"));
-  EXPECT_THAT(policy->allowed_domains, ElementsAre("api.github.com"));
-  EXPECT_THAT(policy->denied_domains, ElementsAre("evil.github.com"));
+  EXPECT_THAT(Texts(policy->allowed_domains), ElementsAre("api.github.com"));
+  EXPECT_THAT(Texts(policy->denied_domains), ElementsAre("evil.github.com"));
   EXPECT_THAT(policy->allow_write, ElementsAre(cwd_ + "/build"));
   EXPECT_THAT(policy->deny_write, Contains(cwd_ + "/.env"));
   EXPECT_EQ(policy->limits.memory_bytes, 256ull << 20);  // lowered twice by projects
