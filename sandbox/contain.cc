@@ -56,12 +56,14 @@ void CloseAllExcept(int* keep, int n) {
 void InstallSeccompOrExit(const ContainPlan& p, int err) {
   int listener = InstallSeccompProgram(p.seccomp, p.seccomp_listener);
   if (listener < 0) {
-    ReportChildFailure(err, "seccomp: install the filter", nullptr, -listener);
+    ReportChildFailure(err, "seccomp: install the filter", nullptr, -listener,
+                       StepNeeds::kSeccompNotify);
     ::_exit(125);
   }
   if (p.seccomp_listener) {
     if (!SendFd(p.sync_fd, listener, kListenerTag)) {
-      ReportChildFailure(err, "seccomp: hand the listener to the supervisor", nullptr, errno);
+      ReportChildFailure(err, "seccomp: hand the listener to the supervisor", nullptr, errno,
+                         StepNeeds::kSeccompNotify);
       ::_exit(125);
     }
     ::close(listener);

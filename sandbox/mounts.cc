@@ -180,7 +180,8 @@ class ChildMounter {
         return true;
       case MountStep::Kind::kSetReadOnly:
         if (SetAttr(AT_FDCWD, s.target, static_cast<unsigned int>(s.flags), s.attrs) != 0)
-          return Fail("make read-only (mount_setattr; needs Linux >= 5.12)", s.target);
+          return Fail("make read-only (mount_setattr; needs Linux >= 5.12)", s.target,
+                      StepNeeds::kNewMountApi);
         return true;
       case MountStep::Kind::kProc:
         if (::mount("proc", s.target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
@@ -233,8 +234,8 @@ class ChildMounter {
   }
 
  private:
-  bool Fail(const char* step, const char* detail) {
-    return ReportChildFailure(error_fd_, step, detail, errno);
+  bool Fail(const char* step, const char* detail, StepNeeds needs = StepNeeds::kNothingSpecial) {
+    return ReportChildFailure(error_fd_, step, detail, errno, needs);
   }
 
   bool EnsureRoot() {
@@ -313,7 +314,8 @@ class ChildMounter {
     // pivot_root(".", ".") stacks the old root on top of the new one; detaching it then leaves
     // only the new tree. No directory of the host stays reachable.
     if (::chdir(s.target) != 0) return Fail("chdir to the new root", s.target);
-    if (::syscall(SYS_pivot_root, ".", ".") != 0) return Fail("pivot_root", s.target);
+    if (::syscall(SYS_pivot_root, ".", ".") != 0)
+      return Fail("pivot_root", s.target, StepNeeds::kNewMountApi);
     if (::umount2(".", MNT_DETACH) != 0) return Fail("detach the old root", "/");
     if (::chdir(s.source) != 0) return Fail("chdir", s.source);
     return true;

@@ -46,28 +46,33 @@ absl::Status MakePipe(UniqueFd* read_end, UniqueFd* write_end) {
   return absl::OkStatus();
 }
 
-std::string Advice(absl::string_view step, int error) {
-  if (absl::StartsWith(step, "user namespace") || absl::StartsWith(step, "clone")) {
-    return "check that user namespaces are enabled (sysctl user.max_user_namespaces > 0; on "
-           "Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0)";
-  }
-  if (absl::StrContains(step, "mount_setattr") || absl::StrContains(step, "pivot_root")) {
-    return "moat needs Linux >= 5.12 with mount namespaces available to user namespaces";
-  }
-  if (absl::StartsWith(step, "seccomp")) {
-    return "moat needs a kernel with seccomp filters and user notification (Linux >= 5.5)";
+std::string Advice(StepNeeds needs, int error) {
+  switch (needs) {
+    case StepNeeds::kUserNamespaces:
+      return "check that user namespaces are enabled (sysctl user.max_user_namespaces > 0; on "
+             "Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0)";
+    case StepNeeds::kNewMountApi:
+      return "moat needs Linux >= 5.12 with mount namespaces available to user namespaces";
+    case StepNeeds::kSeccompNotify:
+      return "moat needs a kernel with seccomp filters and user notification (Linux >= 5.5)";
+    case StepNeeds::kNothingSpecial:
+      break;
   }
   if (error == EACCES || error == EPERM) return "check the path's permissions and the policy";
   return "see docs/operations.md for what each step needs";
 }
 
-absl::Status FailureStatus(const ChildFailure& f) {
+}  // namespace
+
+absl::Status ChildFailureStatus(const ChildFailure& f) {
   std::string what = f.step ? f.step : "unknown step";
   if (f.detail) absl::StrAppend(&what, " \"", f.detail, "\"");
   return absl::Status(ErrnoToCode(f.error),
                       absl::StrCat("sandbox setup failed at step: ", what, ": ", strerror(f.error),
-                                   " (", Advice(f.step ? f.step : "", f.error), ")"));
+                                   " (", Advice(f.needs, f.error), ")"));
 }
+
+namespace {
 
 void KillAndReap(pid_t pid, int pidfd) {
   if (pidfd >= 0) {
@@ -180,9 +185,10 @@ absl::StatusOr<SandboxProcess> SpawnSandbox(ContainPlan& plan, const SpawnOption
   errno = clone_errno;
   if (pid < 0) {
     int e = errno;
-    return absl::Status(ErrnoToCode(e),
-                        absl::StrCat("sandbox setup failed at step: clone3 into new namespaces: ",
-                                     strerror(e), " (", Advice("clone", e), ")"));
+    return absl::Status(
+        ErrnoToCode(e),
+        absl::StrCat("sandbox setup failed at step: clone3 into new namespaces: ", strerror(e),
+                     " (", Advice(StepNeeds::kUserNamespaces, e), ")"));
   }
 
   proc.pid = static_cast<pid_t>(pid);
@@ -222,7 +228,7 @@ absl::StatusOr<SandboxProcess> SpawnSandbox(ContainPlan& plan, const SpawnOption
     std::move(kill_on_error).Cancel();
     absl::StatusOr<std::optional<ChildFailure>> report =
         AwaitStart(error_r.get(), absl::Milliseconds(100));
-    if (report.ok() && report->has_value()) return FailureStatus(**report);
+    if (report.ok() && report->has_value()) return ChildFailureStatus(**report);
     return handshake;
   }
 
@@ -230,7 +236,7 @@ absl::StatusOr<SandboxProcess> SpawnSandbox(ContainPlan& plan, const SpawnOption
                    AwaitStart(error_r.get(), options.setup_timeout));
   if (failure.has_value()) {
     if (failure->step == nullptr || std::strcmp(failure->step, "execve") != 0) {
-      return FailureStatus(*failure);
+      return ChildFailureStatus(*failure);
     }
     // The sandbox is fine; the command could not be executed. Its exit status (126/127) comes
     // through the normal path.

@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "sandbox/cgroup/cgroup.h"
 #include "sandbox/contain.h"
+#include "util/child_failure.h"
 #include "util/unique_fd.h"
 
 namespace moat::sandbox {
@@ -55,5 +56,9 @@ absl::StatusOr<SandboxProcess> SpawnSandbox(ContainPlan& plan, const SpawnOption
 
 // Kills a started sandbox (its init, and with it everything in its pid namespace) and reaps it.
 void KillSandbox(SandboxProcess& proc);
+
+// The error for a step the child reported: the step, its detail, the errno, and advice chosen by
+// what the step needs (child_failure.h's StepNeeds) or else by the errno.
+absl::Status ChildFailureStatus(const ChildFailure& failure);
 
 }  // namespace moat::sandbox

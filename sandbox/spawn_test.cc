@@ -24,6 +24,26 @@ namespace moat::sandbox {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
+
+// The advice follows what the step needs, not the words of its name.
+TEST(ChildFailureStatusTest, AdviceFollowsWhatTheStepNeeds) {
+  absl::Status mount_api = ChildFailureStatus(
+      {.step = "pivot_root", .detail = "/new", .error = EINVAL, .needs = StepNeeds::kNewMountApi});
+  EXPECT_THAT(mount_api.message(), HasSubstr("sandbox setup failed at step: pivot_root \"/new\""));
+  EXPECT_THAT(mount_api.message(), HasSubstr("Linux >= 5.12"));
+  absl::Status seccomp =
+      ChildFailureStatus({.step = "install", .error = EINVAL, .needs = StepNeeds::kSeccompNotify});
+  EXPECT_THAT(seccomp.message(), HasSubstr("user notification (Linux >= 5.5)"));
+  // A name that merely mentions another step's words gets the errno's advice.
+  absl::Status named = ChildFailureStatus({.step = "bind mount (not pivot_root)", .error = EACCES});
+  EXPECT_THAT(named.message(), HasSubstr("check the path's permissions"));
+  EXPECT_THAT(named.message(), Not(HasSubstr("5.12")));
+  EXPECT_EQ(named.code(), absl::StatusCode::kPermissionDenied);
+  absl::Status other = ChildFailureStatus({.step = nullptr, .error = EIO});
+  EXPECT_THAT(other.message(), HasSubstr("unknown step"));
+  EXPECT_THAT(other.message(), HasSubstr("docs/operations.md"));
+}
 
 class SpawnV2Test : public ::testing::Test {
  protected:

@@ -13,15 +13,26 @@
 
 namespace moat::sandbox {
 
+// What a step needs from the kernel beyond the usual, which decides the advice its failure
+// gives (spawn.cc): the step's name is for people, never matched.
+enum class StepNeeds : unsigned char {
+  kNothingSpecial,  // the advice depends on the error only
+  kUserNamespaces,  // enabled and not restricted (sysctls, AppArmor)
+  kNewMountApi,     // mount_setattr, pivot_root in a user namespace: Linux >= 5.12
+  kSeccompNotify,   // seccomp filters with user notification: Linux >= 5.5
+};
+
 struct ChildFailure {
   const char* step = nullptr;    // e.g. "mount tmpfs on /tmp"
   const char* detail = nullptr;  // e.g. a path; may be null
   int error = 0;                 // errno
+  StepNeeds needs = StepNeeds::kNothingSpecial;
 };
 
 // Async-signal-safe. Returns false so callers can write `return Fail(...)`.
-inline bool ReportChildFailure(int fd, const char* step, const char* detail, int error) {
-  ChildFailure failure{step, detail, error};
+inline bool ReportChildFailure(int fd, const char* step, const char* detail, int error,
+                               StepNeeds needs = StepNeeds::kNothingSpecial) {
+  ChildFailure failure{step, detail, error, needs};
   ssize_t unused = ::write(fd, &failure, sizeof(failure));
   (void)unused;
   return false;
