@@ -30,7 +30,7 @@ constexpr absl::Duration kReplyTimeout = absl::Seconds(5);
 constexpr absl::Duration kLingerTime = absl::Seconds(2);
 constexpr size_t kReadChunk = 64 << 10;
 
-void LingeringClose(Session& session) {
+void LingeringClose(ProxiedRequest& session) {
   ::shutdown(session.client(), SHUT_WR);
   const absl::Time deadline = absl::Now() + kLingerTime;
   std::string discard;
@@ -44,7 +44,7 @@ void LingeringClose(Session& session) {
 
 // Answers the client with `status` and `reason` and closes politely. The record is the
 // caller's business.
-void Reply(Session& session, int status, absl::string_view reason) {
+void Reply(ProxiedRequest& session, int status, absl::string_view reason) {
   const std::string body = absl::StrCat("moat egress proxy: ", reason, "\n");
   const std::string response =
       absl::StrCat("HTTP/1.1 ", status, " ", HttpReasonPhrase(status),
@@ -55,19 +55,19 @@ void Reply(Session& session, int status, absl::string_view reason) {
 }
 
 // Records a refusal and answers it.
-void Refuse(Session& session, int status, absl::string_view reason) {
+void Refuse(ProxiedRequest& session, int status, absl::string_view reason) {
   session.RecordRefusal(status, reason);
   Reply(session, status, reason);
 }
 
 // The request was allowed but the origin failed it: the record stays allowed.
-void UpstreamFailed(Session& session, int status, absl::string_view reason) {
+void UpstreamFailed(ProxiedRequest& session, int status, absl::string_view reason) {
   session.record().status = status;
   absl::StrAppend(&session.record().reason, "; ", reason);
   Reply(session, status, reason);
 }
 
-void RefuseInvalidHost(Session& session, absl::string_view raw, const absl::Status& why) {
+void RefuseInvalidHost(ProxiedRequest& session, absl::string_view raw, const absl::Status& why) {
   session.RecordInvalidHost(raw, why);
   Reply(session, 400, why.message());
 }
@@ -83,7 +83,7 @@ std::string HostHeader(const HostPort& target) {
 }
 
 // Reads the request head into `buffer`; its length, or 0 after refusing the request.
-size_t ReadHead(Session& session, std::string* buffer) {
+size_t ReadHead(ProxiedRequest& session, std::string* buffer) {
   for (;;) {
     if (const size_t length = HttpHeadLength(*buffer); length != 0) {
       if (length > kMaxHttpHeadBytes) break;
@@ -109,7 +109,7 @@ size_t ReadHead(Session& session, std::string* buffer) {
   return 0;
 }
 
-void ServeConnect(Session& session, const HttpRequestHead& head, absl::string_view early) {
+void ServeConnect(ProxiedRequest& session, const HttpRequestHead& head, absl::string_view early) {
   session.record().protocol = "connect";
   absl::StatusOr<HostPort> target = ParseAuthority(head.target, /*default_port=*/0);
   if (!target.ok()) return RefuseInvalidHost(session, head.target, target.status());
@@ -134,7 +134,8 @@ void ServeConnect(Session& session, const HttpRequestHead& head, absl::string_vi
 
 // Reads the body as `framing` says into `body`, starting with what came with the head. False
 // after refusing the request.
-bool ReadBody(Session& session, const BodyFraming& framing, std::string early, std::string* body) {
+bool ReadBody(ProxiedRequest& session, const BodyFraming& framing, std::string early,
+              std::string* body) {
   const ProxyConfig& config = *session.env().config;
   const uint64_t cap = config.max_request_body_bytes;
   auto too_large = [&] {
@@ -193,7 +194,7 @@ bool ReadBody(Session& session, const BodyFraming& framing, std::string early, s
   }
 }
 
-void ServeForward(Session& session, const HttpRequestHead& head, std::string early) {
+void ServeForward(ProxiedRequest& session, const HttpRequestHead& head, std::string early) {
   session.record().protocol = "http";
   if (absl::StartsWith(head.target, "/") || head.target == "*") {
     return Refuse(session, 400,
@@ -308,7 +309,7 @@ const char* HttpReasonPhrase(int status) {
   }
 }
 
-void ServeHttp(Session& session) {
+void ServeHttp(ProxiedRequest& session) {
   std::string buffer;
   const size_t head_length = ReadHead(session, &buffer);
   if (head_length == 0) return;

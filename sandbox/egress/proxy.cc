@@ -1,5 +1,5 @@
-// The proxy's life cycle and threads. The doors (doors.h) and the session (session.h) do the
-// per-request work; this file accepts, bounds, tracks and stops.
+// The proxy's life cycle and threads. The doors (doors.h) and the proxied request
+// (proxied_request.h) do the per-request work; this file accepts, bounds, tracks and stops.
 //
 //   Start() -> accept thread: poll(listeners, wake_fd_, stop_fd_)
 //                 accept4 -> under max_connections: a thread per connection (Serve)
@@ -267,13 +267,13 @@ void EgressProxy::RefuseOverLimit(UniqueFd client, Door door, const std::string&
 void EgressProxy::Serve(uint64_t id, UniqueFd client, Door door, std::string name) {
   BlockSigpipe();
   {
-    SessionEnv env{&config_,
-                   &check_,
-                   audit_,
-                   stop_fd_.get(),
-                   [this, id](int fd) { return TrackUpstream(id, fd); },
-                   [this, id] { UntrackUpstream(id); }};
-    Session session(env, client.get(), ProtocolOf(door));
+    ProxiedRequestEnv env{&config_,
+                          &check_,
+                          audit_,
+                          stop_fd_.get(),
+                          [this, id](int fd) { return TrackUpstream(id, fd); },
+                          [this, id] { UntrackUpstream(id); }};
+    ProxiedRequest session(env, client.get(), ProtocolOf(door));
     switch (door) {
       case Door::kHttp:
         ServeHttp(session);

@@ -24,10 +24,10 @@
 #include "absl/time/time.h"
 #include "sandbox/egress/audit.h"
 #include "sandbox/egress/destination_check.h"
+#include "sandbox/egress/proxied_request.h"
 #include "sandbox/egress/rate_limiter.h"
 #include "sandbox/egress/resolver.h"
 #include "sandbox/egress/rules.h"
-#include "sandbox/egress/session.h"
 #include "sandbox/values/ip_address.h"
 #include "util/unique_fd.h"
 

@@ -21,18 +21,18 @@ namespace {
 constexpr absl::Duration kReplyTimeout = absl::Seconds(5);
 constexpr size_t kReadChunk = 4096;
 
-bool Send(Session& session, absl::string_view bytes) {
+bool Send(ProxiedRequest& session, absl::string_view bytes) {
   return SendAll(session.client(), bytes, absl::Now() + kReplyTimeout, session.env().stop_fd).ok();
 }
 
-void Reply(Session& session, SocksReply reply) {
+void Reply(ProxiedRequest& session, SocksReply reply) {
   (void)Send(session, SocksReplyMessage(reply, std::nullopt, 0));
 }
 
 // Parses one message with `parse` (which returns the bytes used or 0 for "need more"), reading
 // as needed. Returns the bytes used, or 0 once the client has gone (recorded).
 template <typename Parse>
-absl::StatusOr<size_t> ReadMessage(Session& session, std::string* buffer, Parse parse,
+absl::StatusOr<size_t> ReadMessage(ProxiedRequest& session, std::string* buffer, Parse parse,
                                    absl::string_view what) {
   for (;;) {
     absl::StatusOr<size_t> used = parse(*buffer);
@@ -62,7 +62,7 @@ const char* CommandName(uint8_t command) {
 
 }  // namespace
 
-void ServeSocks(Session& session) {
+void ServeSocks(ProxiedRequest& session) {
   session.record().method = "SOCKS5";
   std::string buffer;
   bool no_auth = false;

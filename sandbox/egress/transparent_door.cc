@@ -14,7 +14,7 @@
 
 namespace moat::egress {
 
-void ServeTransparent(Session& session, const std::string& name) {
+void ServeTransparent(ProxiedRequest& session, const std::string& name) {
   session.record().method = "TCP";
   struct sockaddr_storage local;
   socklen_t length = sizeof(local);

@@ -1,4 +1,4 @@
-#include "sandbox/egress/session.h"
+#include "sandbox/egress/proxied_request.h"
 
 #include <cerrno>
 
@@ -10,14 +10,15 @@
 
 namespace moat::egress {
 
-Session::Session(const SessionEnv& env, int client_fd, absl::string_view protocol)
+ProxiedRequest::ProxiedRequest(const ProxiedRequestEnv& env, int client_fd,
+                               absl::string_view protocol)
     : env_(env), client_fd_(client_fd), head_deadline_(absl::Now() + env.config->request_timeout) {
   record_.time = absl::Now();
   record_.sandbox = env.config->sandbox_id;
   record_.protocol = std::string(protocol);
 }
 
-Session::~Session() {
+ProxiedRequest::~ProxiedRequest() {
   if (upstream_.valid()) {
     // Forget the socket before closing it, so Stop() never shuts down a reused descriptor.
     env_.untrack_upstream();
@@ -28,12 +29,12 @@ Session::~Session() {
   env_.audit->Record(record_);
 }
 
-void Session::RecordInvalidHost(absl::string_view raw, const absl::Status& why) {
+void ProxiedRequest::RecordInvalidHost(absl::string_view raw, const absl::Status& why) {
   record_.host = absl::CHexEscape(raw);
   RecordRefusal(400, why.message());
 }
 
-void Session::RecordRefusal(int status, absl::string_view reason) {
+void ProxiedRequest::RecordRefusal(int status, absl::string_view reason) {
   record_.status = status;
   record_.allowed = false;
   record_.reason = std::string(reason);
@@ -43,7 +44,7 @@ namespace {
 
 // Records a refusal (or, after the policy allowed the request, a failure to connect: the record
 // then stays `allowed`, since nothing was denied).
-bool Fail(Session& session, OpenFailure* failure, int status, SocksReply reply,
+bool Fail(ProxiedRequest& session, OpenFailure* failure, int status, SocksReply reply,
           std::string reason) {
   failure->http_status = status;
   failure->socks_reply = reply;
@@ -59,7 +60,7 @@ bool Fail(Session& session, OpenFailure* failure, int status, SocksReply reply,
 
 }  // namespace
 
-bool Session::Admit(const CanonicalHost& host, uint16_t port, OpenFailure* failure) {
+bool ProxiedRequest::Admit(const CanonicalHost& host, uint16_t port, OpenFailure* failure) {
   using Outcome = DestinationVerdict::Outcome;
   record_.host = host.text;
   record_.port = port;
@@ -82,7 +83,7 @@ bool Session::Admit(const CanonicalHost& host, uint16_t port, OpenFailure* failu
   return true;
 }
 
-bool Session::Connect(OpenFailure* failure) {
+bool ProxiedRequest::Connect(OpenFailure* failure) {
   Dialed dialed = Dial(*address_, port_, env_.config->connect_timeout, env_.stop_fd);
   if (!dialed.fd.valid()) {
     switch (dialed.error) {
@@ -106,7 +107,7 @@ bool Session::Connect(OpenFailure* failure) {
   return true;
 }
 
-bool Session::ForwardEarlyBytes(absl::string_view bytes) {
+bool ProxiedRequest::ForwardEarlyBytes(absl::string_view bytes) {
   if (bytes.empty()) return true;
   up_hash_.Update(bytes);
   const absl::Status sent =
@@ -119,7 +120,7 @@ bool Session::ForwardEarlyBytes(absl::string_view bytes) {
   return true;
 }
 
-void Session::Relay(const RelayOptions& options) {
+void ProxiedRequest::Relay(const RelayOptions& options) {
   const RelayResult result =
       egress::Relay(client_fd_, upstream_.get(), &up_hash_, options, env_.stop_fd);
   record_.bytes_up += result.bytes_up;

@@ -24,7 +24,7 @@ namespace moat::egress {
 struct ProxyConfig;
 
 // What a session needs from the proxy that runs it.
-struct SessionEnv {
+struct ProxiedRequestEnv {
   const ProxyConfig* config;
   const DestinationCheck* check;
   AuditSink* audit;
@@ -42,14 +42,14 @@ struct OpenFailure {
   std::string reason;
 };
 
-class Session {
+class ProxiedRequest {
  public:
-  Session(const SessionEnv& env, int client_fd, absl::string_view protocol);
-  ~Session();  // writes the audit record
-  Session(const Session&) = delete;
-  Session& operator=(const Session&) = delete;
+  ProxiedRequest(const ProxiedRequestEnv& env, int client_fd, absl::string_view protocol);
+  ~ProxiedRequest();  // writes the audit record
+  ProxiedRequest(const ProxiedRequest&) = delete;
+  ProxiedRequest& operator=(const ProxiedRequest&) = delete;
 
-  const SessionEnv& env() const { return env_; }
+  const ProxiedRequestEnv& env() const { return env_; }
   int client() const { return client_fd_; }
   int upstream() const { return upstream_.get(); }
   AuditRecord& record() { return record_; }
@@ -81,7 +81,7 @@ class Session {
   absl::Time head_deadline() const { return head_deadline_; }
 
  private:
-  const SessionEnv& env_;
+  const ProxiedRequestEnv& env_;
   const int client_fd_;
   const absl::Time head_deadline_;
   std::optional<IpAddress> address_;  // what Admit() accepted
