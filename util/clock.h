@@ -18,6 +18,12 @@ class RealClock final : public Clock {
   absl::Time Now() const override { return absl::Now(); }
 };
 
+// The process's real clock, for code that is given none.
+inline const Clock* SystemClock() {
+  static const RealClock clock;
+  return &clock;
+}
+
 // A clock that moves only when told to; safe to read from several threads.
 class FakeClock final : public Clock {
  public:

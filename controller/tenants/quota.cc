@@ -42,8 +42,7 @@ absl::Status CreateRateLimiter::Acquire(const std::string& tenant, double create
   Bucket& b = buckets_[tenant];
   if (b.limiter == nullptr || b.rate != creates_per_minute) {
     b.rate = creates_per_minute;
-    b.limiter = std::make_unique<TokenBucket>(clock_, creates_per_minute / 60.0,
-                                              std::max(1.0, creates_per_minute));
+    b.limiter = std::make_unique<TokenBucket>(TokenBucket::PerMinute(clock_, creates_per_minute));
   }
   absl::Duration wait = b.limiter->TryAcquire();
   if (wait == absl::ZeroDuration()) return absl::OkStatus();

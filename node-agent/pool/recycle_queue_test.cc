@@ -5,25 +5,9 @@
 
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
-#include "util/token_bucket.h"
 
 namespace moat::agent {
 namespace {
-
-TEST(RateLimiterTest, PacesToTheRate) {
-  FakeClock clock;
-  TokenBucket limiter(&clock, /*per_second=*/4);
-  EXPECT_EQ(limiter.TryAcquire(), absl::ZeroDuration());  // The first is free (burst 1).
-  EXPECT_EQ(limiter.TryAcquire(), absl::Milliseconds(250));
-  clock.Advance(absl::Milliseconds(100));
-  EXPECT_EQ(limiter.TryAcquire(), absl::Milliseconds(150));
-  clock.Advance(absl::Milliseconds(150));
-  EXPECT_EQ(limiter.TryAcquire(), absl::ZeroDuration());
-  // A long idle time does not bank more than the burst.
-  clock.Advance(absl::Seconds(10));
-  EXPECT_EQ(limiter.TryAcquire(), absl::ZeroDuration());
-  EXPECT_GT(limiter.TryAcquire(), absl::ZeroDuration());
-}
 
 TEST(RecycleQueueTest, RecyclesEachIdOnceInOrderAtTheRate) {
   absl::Mutex mu;

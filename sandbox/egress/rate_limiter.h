@@ -4,20 +4,20 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
+#include <optional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
+#include "util/clock.h"
+#include "util/token_bucket.h"
 
 namespace moat::egress {
 
 // Thread-safe.
 class RateLimiter {
  public:
-  // `per_minute` == 0 means no limit. `now` is the clock (tests pass a fake one).
-  explicit RateLimiter(uint32_t per_minute, std::function<absl::Time()> now = absl::Now);
+  // `per_minute` == 0 means no limit.
+  explicit RateLimiter(uint32_t per_minute, const Clock* clock = SystemClock());
 
   // Takes one token; false when the bucket is empty (the request gets 429).
   bool TryAcquire();
@@ -26,12 +26,8 @@ class RateLimiter {
 
  private:
   const uint32_t per_minute_;
-  const std::function<absl::Time()> now_;
   absl::Mutex mu_;
-  // The bucket as time: each request costs a minute / per_minute_, the bucket holds at most a
-  // minute. Durations are exact integers, so refills land exactly on schedule.
-  absl::Duration credit_ ABSL_GUARDED_BY(mu_);
-  absl::Time last_ ABSL_GUARDED_BY(mu_);
+  std::optional<TokenBucket> bucket_ ABSL_GUARDED_BY(mu_);  // none: no limit
 };
 
 }  // namespace moat::egress
