@@ -154,6 +154,7 @@ TEST_F(FailClosedTest, MissingCgroupHierarchy) {
 // no user manager for nobody): refused before any step, naming the step and the fix.
 TEST_F(FailClosedTest, OrdinaryUserWithoutADelegatedCgroup) {
   MoatOptions options;
+  options.binary = Attack("moat");  // nobody may not enter the checkout's directories
   options.before_exec = [] {
     return ::setgroups(0, nullptr) == 0 && ::setresgid(65534, 65534, 65534) == 0 &&
            ::setresuid(65534, 65534, 65534) == 0;

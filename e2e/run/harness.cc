@@ -303,7 +303,7 @@ MoatProcess::MoatProcess(std::vector<std::string> args, MoatOptions options)
       absl::StrCat("PATH=", kHostPath),
       absl::StrCat("HOME", "=", options_.home.empty() ? suite.home : options_.home)};
   env.insert(env.end(), options_.env.begin(), options_.env.end());
-  std::vector<std::string> argv = {suite.moat};
+  std::vector<std::string> argv = {options_.binary.empty() ? suite.moat : options_.binary};
   argv.insert(argv.end(), args_.begin(), args_.end());
   std::vector<char*> argv_c, env_c;
   for (std::string& a : argv) argv_c.push_back(a.data());

@@ -76,6 +76,10 @@ void RemoveTree(const std::string& path);
 // ---- Running moat. ----
 
 struct MoatOptions {
+  // The moat binary to run; empty: MoatBinary(). Tests that run moat as another user give
+  // Attack("moat"), the copy in the scratch directory (the checkout may sit under a home that
+  // user cannot enter, such as /root).
+  std::string binary;
   // The whole environment moat gets besides PATH and HOME: "NAME=VALUE" entries.
   std::vector<std::string> env;
   // HOME for moat; empty: an empty fake home under the scratch root (never the real one).

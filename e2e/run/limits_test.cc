@@ -53,13 +53,13 @@ TEST_F(E2eTest, ThreadBombStopsAtThePidsLimit) {
 
 TEST_F(E2eTest, ShellForkBombEndsAtTheWallLimitAndLeavesNothing) {
   const std::string digits = UniqueDigits();
-  // The classic bomb; every copy carries the marker in its command line. The main shell keeps
-  // trying to start its sleep: with the pids limit reached a single fork may fail, and the shell
-  // must still be there when the wall limit hits.
+  // The classic bomb; every copy carries the marker in its command line. The main shell then
+  // becomes a sleep without forking (exec): at the pids limit a fork fails and a shell that
+  // meets a failed fork exits, so a loop of sleeps could end the run before the wall limit.
   MoatResult raw;
-  nlohmann::json r = RunJson(
-      {"--pids", "32", "--wall-timeout", "1500ms"},
-      Sh(absl::StrCat("b() { b | b & }; b; while :; do sleep 30.", digits, "; done")), {}, &raw);
+  nlohmann::json r =
+      RunJson({"--pids", "32", "--wall-timeout", "1500ms"},
+              Sh(absl::StrCat("b() { b | b & }; b; exec sleep 30.", digits)), {}, &raw);
   ASSERT_TRUE(r.is_object());
   EXPECT_EQ(r["status"], "wall_timeout") << Describe(r);
   EXPECT_LT(raw.seconds, 6) << "moat did not return promptly";
