@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "sandbox/cgroup/cgroup.h"
 #include "sandbox/cgroup/cgroup_spares.h"
+#include "sandbox/cgroup/run_cgroup.h"
 #include "sandbox/testing/fake_cgroup_tree.h"
 #include "sandbox/testing/test_child.h"
 
@@ -473,6 +474,51 @@ TEST_F(CgroupRootTest, MeasuresCreateAndAddProcess) {
   report("ReadCpuNs()", read_cpu_us, "us");
   report("ReadUsage()", usage_us, "us");
   report("Destroy() (empty)", destroy_ms, "ms");
+}
+
+// RunCgroup (run_cgroup.h): whoever asks first, the run or the v1 warm-up, the run gets one
+// cgroup with its name, and only one; recycled when the run ends.
+TEST_F(CgroupRootTest, ARunGetsOneCgroupWhoeverMakesIt) {
+  const CgroupLimits limits{.memory_bytes = 64 << 20, .pids = 32, .cpus = 1};
+  for (int i = 0; i < 12; ++i) {
+    const std::string name = Name(absl::StrCat("run-", i));
+    std::vector<std::string> paths;
+    {
+      absl::StatusOr<std::unique_ptr<RunCgroup>> run = RunCgroup::Start(layout_, name, limits);
+      ASSERT_TRUE(run.ok()) << run.status();
+      if (layout_.kind == CgroupLayout::Kind::kV2) {
+        ASSERT_NE((*run)->made(), nullptr) << "v2 clones the child into it: made at once";
+      }
+      // Half the runs ask at once (racing the warm-up), half after it has had time to make it.
+      if (i % 2 == 1) absl::SleepFor(absl::Milliseconds(30));
+      absl::StatusOr<Cgroup*> cgroup = (*run)->Get();
+      ASSERT_TRUE(cgroup.ok()) << cgroup.status();
+      ASSERT_NE(*cgroup, nullptr);
+      EXPECT_EQ((*run)->Get().value_or(nullptr), *cgroup) << "one cgroup per run";
+      EXPECT_EQ((*run)->made(), *cgroup);
+      paths = (*cgroup)->paths();
+      ASSERT_FALSE(paths.empty());
+      for (const std::string& path : paths) {
+        EXPECT_THAT(path, HasSubstr(name));
+        EXPECT_TRUE(std::filesystem::is_directory(path)) << path;
+      }
+    }
+    // Recycled: gone, or (v1) an empty spare under another name for the next run.
+    for (const std::string& path : paths) EXPECT_FALSE(std::filesystem::exists(path)) << path;
+  }
+}
+
+TEST_F(CgroupRootTest, ARunsCgroupMadeAheadAndNeverTakenIsRemoved) {
+  const std::string name = Name("run-untaken");
+  {
+    absl::StatusOr<std::unique_ptr<RunCgroup>> run =
+        RunCgroup::Start(layout_, name, {.memory_bytes = 64 << 20, .pids = 32, .cpus = 1});
+    ASSERT_TRUE(run.ok()) << run.status();
+    absl::SleepFor(absl::Milliseconds(30));
+  }  // An early error in the run: nobody called Get().
+  for (const auto& [controller, mount] : layout_.v1_mounts) {
+    EXPECT_FALSE(std::filesystem::exists(absl::StrCat(mount, "/moat/", name))) << controller;
+  }
 }
 
 }  // namespace
