@@ -105,14 +105,6 @@ uint64_t SizeMultiplier(absl::string_view unit) {
 
 }  // namespace
 
-std::string QuoteForMessage(absl::string_view text) {
-  constexpr size_t kMaxShown = 80;
-  if (text.size() > kMaxShown) {
-    return absl::StrCat("\"", absl::CHexEscape(text.substr(0, kMaxShown)), "\"...");
-  }
-  return absl::StrCat("\"", absl::CHexEscape(text), "\"");
-}
-
 absl::StatusOr<uint64_t> ParseSize(absl::string_view text) {
   auto invalid = [&] {
     return absl::InvalidArgumentError(

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "util/quote.h"  // QuoteForMessage, for the callers that found it here
 
 namespace moat {
 
@@ -32,9 +33,5 @@ absl::StatusOr<double> ParseCpus(absl::string_view text);
 std::string FormatSize(uint64_t bytes);
 
 inline constexpr double kMaxCpus = 1024.0;
-
-// `text` in double quotes for an error message: C-escaped (so NUL and control bytes are visible and
-// cannot forge terminal output) and cut at 80 bytes.
-std::string QuoteForMessage(absl::string_view text);
 
 }  // namespace moat

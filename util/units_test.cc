@@ -161,13 +161,5 @@ TEST(FormatSizeTest, RoundTripsThroughParseSize) {
   }
 }
 
-TEST(QuoteForMessageTest, EscapesControlBytesAndTruncates) {
-  EXPECT_EQ(QuoteForMessage("a.com"), "\"a.com\"");
-  EXPECT_EQ(QuoteForMessage(absl::string_view("a\0\n", 3)), "\"a\\x00\\n\"");
-  std::string long_text(200, 'x');
-  std::string quoted = QuoteForMessage(long_text);
-  EXPECT_EQ(quoted, "\"" + std::string(80, 'x') + "\"...");
-}
-
 }  // namespace
 }  // namespace moat
