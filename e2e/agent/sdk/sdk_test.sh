@@ -16,6 +16,8 @@ cleanup() {
 trap cleanup EXIT
 
 cp "$here/package.json" "$here/package-lock.json" "$here/scenario.mjs" "$dir/"
+# A node >= 20 (the SDK's engines); kept across runs beside the other npm caches.
+node=$("$here/../../sdk_node.sh" "${MOAT_SDK_NODE_DIR:-/var/cache/moat-e2e/sdk-node}") || exit $?
 if ! (cd "$dir" && npm ci --no-audit --no-fund --silent >/dev/null 2>&1); then
   echo "sdk_test: npm could not install @alibaba-group/opensandbox@0.1.11; skipping" >&2
   exit 77
@@ -46,7 +48,7 @@ created=$(curl -sf -H "$auth" -d '{"profile": "default", "ttl_seconds": 600}' \
   "http://127.0.0.1:$port/v1/sandboxes")
 id=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])' <<<"$created")
 token=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])' <<<"$created")
-if ! (cd "$dir" && node scenario.mjs "http://127.0.0.1:$port/v1/sandboxes/$id/execd" "$token"); then
+if ! (cd "$dir" && "$node" scenario.mjs "http://127.0.0.1:$port/v1/sandboxes/$id/execd" "$token"); then
   echo "--- agent log"; tail -n 30 "$dir/agent.log"
   exit 1
 fi

@@ -16,6 +16,8 @@ cleanup() {
 trap cleanup EXIT
 
 cp "$here/package.json" "$here/package-lock.json" "$here/scenario.mjs" "$dir/"
+# A node >= 20 (the SDK's engines); kept across runs beside the other npm caches.
+node=$("$here/../../sdk_node.sh" "${MOAT_SDK_NODE_DIR:-/var/cache/moat-e2e/sdk-node}") || exit $?
 if ! (cd "$dir" && npm ci --no-audit --no-fund --silent >/dev/null 2>&1); then
   echo "sdk_test: npm could not install @alibaba-group/opensandbox@0.1.11; skipping" >&2
   exit 77
@@ -56,7 +58,7 @@ for _ in $(seq 100); do
   fi
   sleep 0.1
 done
-if ! (cd "$dir" && node scenario.mjs "127.0.0.1:$cport" "$key"); then
+if ! (cd "$dir" && "$node" scenario.mjs "127.0.0.1:$cport" "$key"); then
   echo "--- controller log"; cat "$dir/controller.log"; echo "--- agent log"; tail -n 30 "$dir/agent.log"
   exit 1
 fi
