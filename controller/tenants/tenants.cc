@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "util/quote.h"
 #include "util/status_macros.h"
 
 namespace moat::controller {
@@ -94,15 +95,16 @@ bool IsValidTenantName(absl::string_view name) {
 absl::StatusOr<TenantRecord> TenantRegistry::CreateTenant(const std::string& name,
                                                           const TenantQuota& quota) {
   if (!IsValidTenantName(name)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bad tenant name \"", name, "\": use 1-63 of a-z, 0-9 and '-', not starting with '-'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad tenant name ", QuoteForMessage(name),
+                     ": use 1-63 of a-z, 0-9 and '-', not starting with '-'"));
   }
   TenantRecord t{name, quota, clock_->Now()};
   std::string key = absl::StrCat(kTenantPrefix, name);
   absl::StatusOr<int64_t> committed =
       store_->Commit(WriteBatch().Require(key, 0).Put(key, EncodeTenant(t)));
   if (absl::IsFailedPrecondition(committed.status())) {
-    return absl::AlreadyExistsError(absl::StrCat("tenant \"", name, "\" exists"));
+    return absl::AlreadyExistsError(absl::StrCat("tenant ", QuoteForMessage(name), " exists"));
   }
   RETURN_IF_ERROR(committed.status());
   return t;
@@ -110,10 +112,11 @@ absl::StatusOr<TenantRecord> TenantRegistry::CreateTenant(const std::string& nam
 
 absl::StatusOr<TenantRecord> TenantRegistry::GetTenant(const std::string& name) const {
   if (!IsValidTenantName(name)) {
-    return absl::NotFoundError(absl::StrCat("no tenant \"", name, "\""));
+    return absl::NotFoundError(absl::StrCat("no tenant ", QuoteForMessage(name)));
   }
   ASSIGN_OR_RETURN(std::optional<KeyValue> kv, store_->Get(absl::StrCat(kTenantPrefix, name)));
-  if (!kv.has_value()) return absl::NotFoundError(absl::StrCat("no tenant \"", name, "\""));
+  if (!kv.has_value())
+    return absl::NotFoundError(absl::StrCat("no tenant ", QuoteForMessage(name)));
   return DecodeTenant(kv->value);
 }
 
@@ -121,14 +124,16 @@ absl::StatusOr<TenantRecord> TenantRegistry::SetQuota(const std::string& name,
                                                       const TenantQuota& quota) {
   std::string key = absl::StrCat(kTenantPrefix, name);
   ASSIGN_OR_RETURN(std::optional<KeyValue> kv, store_->Get(key));
-  if (!kv.has_value()) return absl::NotFoundError(absl::StrCat("no tenant \"", name, "\""));
+  if (!kv.has_value())
+    return absl::NotFoundError(absl::StrCat("no tenant ", QuoteForMessage(name)));
   ASSIGN_OR_RETURN(TenantRecord t, DecodeTenant(kv->value));
   t.quota = quota;
   // Against the revision read: a concurrent change makes this fail rather than be lost.
   absl::StatusOr<int64_t> committed =
       store_->Commit(WriteBatch().Require(key, kv->revision).Put(key, EncodeTenant(t)));
   if (absl::IsFailedPrecondition(committed.status())) {
-    return absl::AbortedError(absl::StrCat("tenant \"", name, "\" changed meanwhile; retry"));
+    return absl::AbortedError(
+        absl::StrCat("tenant ", QuoteForMessage(name), " changed meanwhile; retry"));
   }
   RETURN_IF_ERROR(committed.status());
   return t;
@@ -186,7 +191,7 @@ absl::StatusOr<IssuedKey> TenantRegistry::RotateKey(const std::string& id) {
   std::string old_key = absl::StrCat(kKeyPrefix, id);
   ASSIGN_OR_RETURN(std::optional<KeyValue> kv, store_->Get(old_key));
   if (!IsValidKey(old_key) || !kv.has_value()) {
-    return absl::NotFoundError(absl::StrCat("no API key \"", id, "\""));
+    return absl::NotFoundError(absl::StrCat("no API key ", QuoteForMessage(id)));
   }
   ASSIGN_OR_RETURN(KeyRecord old, DecodeKey(kv->value));
   ASSIGN_OR_RETURN(IssuedKey issued, NewKeyFor(old.tenant));
@@ -197,7 +202,8 @@ absl::StatusOr<IssuedKey> TenantRegistry::RotateKey(const std::string& id) {
                                                          .Delete(old_key)
                                                          .Put(new_key, EncodeKey(issued.record)));
   if (absl::IsFailedPrecondition(committed.status())) {
-    return absl::AbortedError(absl::StrCat("API key \"", id, "\" changed meanwhile; retry"));
+    return absl::AbortedError(
+        absl::StrCat("API key ", QuoteForMessage(id), " changed meanwhile; retry"));
   }
   RETURN_IF_ERROR(committed.status());
   absl::MutexLock lock(&mu_);
@@ -207,9 +213,10 @@ absl::StatusOr<IssuedKey> TenantRegistry::RotateKey(const std::string& id) {
 
 absl::Status TenantRegistry::RevokeKey(const std::string& id) {
   std::string key = absl::StrCat(kKeyPrefix, id);
-  if (!IsValidKey(key)) return absl::NotFoundError(absl::StrCat("no API key \"", id, "\""));
+  if (!IsValidKey(key))
+    return absl::NotFoundError(absl::StrCat("no API key ", QuoteForMessage(id)));
   ASSIGN_OR_RETURN(std::optional<KeyValue> kv, store_->Get(key));
-  if (!kv.has_value()) return absl::NotFoundError(absl::StrCat("no API key \"", id, "\""));
+  if (!kv.has_value()) return absl::NotFoundError(absl::StrCat("no API key ", QuoteForMessage(id)));
   RETURN_IF_ERROR(store_->Commit(WriteBatch().Delete(key)).status());
   absl::MutexLock lock(&mu_);
   verified_.erase(id);

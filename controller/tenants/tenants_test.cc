@@ -123,6 +123,10 @@ TEST_P(TenantRegistryTest, TenantsAreCreatedOnceWithValidNames) {
     EXPECT_TRUE(absl::IsInvalidArgument(registry_->CreateTenant(bad, {}).status())) << bad;
   }
   EXPECT_TRUE(absl::IsNotFound(registry_->CreateKey("nobody").status()));
+  // A refused name is shown quoted and escaped: it cannot forge a line where the error is logged.
+  absl::Status forged = registry_->CreateTenant("x\nmoat-controller info: tenant ok", {}).status();
+  EXPECT_EQ(std::string(forged.message()).find('\n'), std::string::npos) << forged;
+  EXPECT_NE(forged.message().find("\"x\\nmoat-controller"), absl::string_view::npos) << forged;
   auto list = registry_->ListTenants();
   ASSERT_TRUE(list.ok());
   ASSERT_EQ(list->size(), 1u);
