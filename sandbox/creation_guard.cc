@@ -4,16 +4,21 @@
 #include <linux/capability.h>
 #include <linux/magic.h>
 #include <sched.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <csignal>
 #include <cstring>
+#include <iterator>
 #include <optional>
 #include <utility>
 
@@ -25,8 +30,20 @@
 #include "sandbox/seccomp/seccomp_notify.h"
 #include "sandbox/seccomp/seccomp_policy.h"
 #include "util/errno_status.h"
+#include "util/status_macros.h"
 
 namespace moat::sandbox {
+
+// What the guard must know of the calling thread, from /proc/<tid>/status.
+struct CreationGuard::Caller {
+  uid_t fsuid = 0;
+  gid_t fsgid = 0;
+  std::vector<gid_t> groups;
+  mode_t umask = 022;
+  pid_t tgid_inside = 0;  // its process and thread ids in its own pid namespace
+  pid_t tid_inside = 0;
+};
+
 namespace {
 
 constexpr int kMaxSymlinkHops = 40;  // the kernel's MAXSYMLINKS
@@ -35,15 +52,7 @@ constexpr size_t kMaxViolations = 64;
 // that exists (a read-only bind).
 constexpr int kRefused = EROFS;
 
-// What the guard must know of the calling thread, from /proc/<tid>/status.
-struct Caller {
-  uid_t fsuid = 0;
-  gid_t fsgid = 0;
-  std::vector<gid_t> groups;
-  mode_t umask = 022;
-  pid_t tgid_inside = 0;  // its process and thread ids in its own pid namespace
-  pid_t tid_inside = 0;
-};
+using Caller = CreationGuard::Caller;
 
 // The last of the whitespace-separated numbers of a status line ("NStgid:\t4711\t2" -> 2) or the
 // field `index` of it ("Uid:\treal\teffective\tsaved\tfs").
@@ -183,11 +192,24 @@ int NarrowCapabilities() {
 // wrappers, which would change every thread of the process. setfsuid and setfsgid say nothing
 // of failure; asking again (-1 is never valid) returns the id in force.
 bool TakeIds(const Caller& caller) {
-  if (::syscall(SYS_setgroups, caller.groups.size(), caller.groups.data()) != 0) return false;
+  // Only when they differ: a rootless guard stands in the sandbox's user namespace, where
+  // setgroups is denied (userns.h), and the caller's groups are the guard's own there.
+  gid_t own[NGROUPS_MAX];
+  const int n = ::getgroups(NGROUPS_MAX, own);
+  if (n < 0 || !std::equal(caller.groups.begin(), caller.groups.end(), own, own + n)) {
+    if (::syscall(SYS_setgroups, caller.groups.size(), caller.groups.data()) != 0) return false;
+  }
   ::syscall(SYS_setfsgid, caller.fsgid);
   if (::syscall(SYS_setfsgid, -1) != static_cast<long>(caller.fsgid)) return false;
   ::syscall(SYS_setfsuid, caller.fsuid);
   return ::syscall(SYS_setfsuid, -1) == static_cast<long>(caller.fsuid);
+}
+
+// Whether `pid`'s root is the directory `root` (the one the guard stands in).
+bool SameRoot(int proc_fd, pid_t pid, const struct stat& root) {
+  UniqueFd fd(::openat(proc_fd, absl::StrCat(pid, "/root").c_str(), O_PATH | O_CLOEXEC));
+  struct stat st;
+  return fd && ::fstat(fd.get(), &st) == 0 && st.st_dev == root.st_dev && st.st_ino == root.st_ino;
 }
 
 }  // namespace
@@ -413,6 +435,10 @@ CreationGuard::CreationGuard(Options options) : options_(std::move(options)) {
 absl::StatusOr<std::unique_ptr<CreationGuard>> CreationGuard::Start(Options options) {
   if (!options.listener) return absl::InvalidArgumentError("creation guard: no listener");
   std::unique_ptr<CreationGuard> guard(new CreationGuard(std::move(options)));
+  if (guard->options_.join_user_namespace) {
+    RETURN_IF_ERROR(guard->StartProcess());
+    return guard;
+  }
   guard->thread_ = std::thread([g = guard.get()] { g->Serve(); });
   absl::Status setup;
   {
@@ -438,11 +464,18 @@ bool CreationGuard::Takes(const SeccompRequest& request) const {
 }
 
 void CreationGuard::Submit(const SeccompRequest& request) {
+  if (options_.join_user_namespace) {
+    // The guard process reads these as fast as it answers them; each waits for its caller's
+    // answer, so no more are in flight than the sandbox has threads.
+    if (sock_) ::send(sock_.get(), &request, sizeof(request), MSG_NOSIGNAL);
+    return;
+  }
   absl::MutexLock lock(&mu_);
   queue_.push_back(request);
 }
 
 std::vector<Violation> CreationGuard::Stop() {
+  if (options_.join_user_namespace) return StopProcess();
   if (thread_.joinable()) {
     {
       absl::MutexLock lock(&mu_);
@@ -454,30 +487,73 @@ std::vector<Violation> CreationGuard::Stop() {
   return violations_;
 }
 
+absl::Status CreationGuard::SetUp(pid_t root_of, UniqueFd* proc_fd, UniqueFd* root_fd) const {
+  if (!*proc_fd) proc_fd->reset(::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!*proc_fd) return ErrnoStatus("creation guard: open /proc");
+  UniqueFd sandbox_root(::openat(proc_fd->get(), absl::StrCat(root_of, "/root").c_str(),
+                                 O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!sandbox_root) return ErrnoStatus("creation guard: open the sandbox's root");
+  if (::unshare(CLONE_FS) != 0) return ErrnoStatus("creation guard: unshare(CLONE_FS)");
+  if (::fchdir(sandbox_root.get()) != 0 || ::chroot(".") != 0) {
+    return ErrnoStatus(
+        options_.join_user_namespace
+            ? "creation guard: chroot into the sandbox's root (in its user namespace)"
+            : "creation guard: chroot into the sandbox's root (needs CAP_SYS_CHROOT)");
+  }
+  root_fd->reset(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!*root_fd) return ErrnoStatus("creation guard: open the sandbox's root");
+  if (int e = NarrowCapabilities()) {
+    return ErrnoStatus("creation guard: keep only CAP_SYS_PTRACE, CAP_SETUID, CAP_SETGID", e);
+  }
+  return absl::OkStatus();
+}
+
+std::optional<std::string> CreationGuard::Handle(const SeccompRequest& request, int proc_fd,
+                                                 int root_fd, Caller* current) const {
+  const CreationCall& call = *calls_.at(request.data.nr);  // Takes() said so
+  Caller caller;
+  int error = ReadCaller(proc_fd, request.pid, &caller);
+  if (error == 0 && (caller.fsuid != current->fsuid || caller.fsgid != current->fsgid ||
+                     caller.groups != current->groups)) {
+    if (TakeIds(caller)) {
+      *current = caller;
+    } else {
+      error = EPERM;  // never act with other ids than the caller's
+      current->fsuid = static_cast<uid_t>(-1);
+    }
+  }
+  if (error == 0) ::umask(caller.umask);
+  GuardCall work(options_, proc_fd, root_fd, request, caller);
+  if (error == 0) error = work.Run(call);
+  if (error == ESRCH) return std::nullopt;  // the caller is gone: nobody to answer
+  const int listener = options_.listener.get();
+  if (error == 0 && work.fd_) {
+    // NotFound: the caller died meanwhile; the descriptor is ours to close either way.
+    AnswerSeccompRequestWithFd(listener, request.id, work.fd_.get(), work.cloexec_).IgnoreError();
+  } else {
+    AnswerSeccompRequest(listener, request.id, error).IgnoreError();
+  }
+  if (!work.refused_) return std::nullopt;
+  return absl::StrCat("refused to create protected path ", *work.refused_,
+                      " (read-only in the sandbox)");
+}
+
+void CreationGuard::Record(std::string detail) {
+  absl::MutexLock lock(&mu_);
+  // Bounded like the supervisor's own list: a sandbox naming new files forever gets 64.
+  if (violations_.size() < kMaxViolations &&
+      std::none_of(violations_.begin(), violations_.end(),
+                   [&](const Violation& v) { return v.detail == detail; })) {
+    violations_.push_back(Violation{"filesystem", std::move(detail)});
+  }
+}
+
 void CreationGuard::Serve() {
   UniqueFd proc_fd, root_fd;
   // The steps that put this thread where the sandbox's names mean what they mean to it; the
   // first that fails is reported to Start(), which then refuses to go on.
-  auto setup = [&]() -> absl::Status {
-    proc_fd.reset(::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC));
-    if (!proc_fd) return ErrnoStatus("creation guard: open /proc");
-    UniqueFd sandbox_root(::openat(proc_fd.get(),
-                                   absl::StrCat(options_.sandbox_pid, "/root").c_str(),
-                                   O_PATH | O_DIRECTORY | O_CLOEXEC));
-    if (!sandbox_root) return ErrnoStatus("creation guard: open the sandbox's root");
-    if (::unshare(CLONE_FS) != 0) return ErrnoStatus("creation guard: unshare(CLONE_FS)");
-    if (::fchdir(sandbox_root.get()) != 0 || ::chroot(".") != 0) {
-      return ErrnoStatus("creation guard: chroot into the sandbox's root (needs CAP_SYS_CHROOT)");
-    }
-    root_fd.reset(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
-    if (!root_fd) return ErrnoStatus("creation guard: open the sandbox's root");
-    if (int e = NarrowCapabilities()) {
-      return ErrnoStatus("creation guard: keep only CAP_SYS_PTRACE, CAP_SETUID, CAP_SETGID", e);
-    }
-    return absl::OkStatus();
-  };
   {
-    absl::Status status = setup();
+    absl::Status status = SetUp(options_.sandbox_pid, &proc_fd, &root_fd);
     absl::MutexLock lock(&mu_);
     setup_ = status;
     ready_ = true;
@@ -486,7 +562,6 @@ void CreationGuard::Serve() {
 
   Caller current;  // the ids and umask the thread has now
   current.fsuid = static_cast<uid_t>(-1);
-  const int listener = options_.listener.get();
   auto work_or_stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stopping_ || !queue_.empty();
   };
@@ -499,40 +574,149 @@ void CreationGuard::Serve() {
       request = queue_.front();
       queue_.pop_front();
     }
-    const CreationCall& call = *calls_.at(request.data.nr);  // Takes() said so
-    Caller caller;
-    int error = ReadCaller(proc_fd.get(), request.pid, &caller);
-    if (error == 0 && (caller.fsuid != current.fsuid || caller.fsgid != current.fsgid ||
-                       caller.groups != current.groups)) {
-      if (TakeIds(caller)) {
-        current = caller;
-      } else {
-        error = EPERM;  // never act with other ids than the caller's
-        current.fsuid = static_cast<uid_t>(-1);
-      }
-    }
-    if (error == 0) ::umask(caller.umask);
-    GuardCall work(options_, proc_fd.get(), root_fd.get(), request, caller);
-    if (error == 0) error = work.Run(call);
-    if (error == ESRCH) continue;  // the caller is gone: nobody to answer
-    if (error == 0 && work.fd_) {
-      // NotFound: the caller died meanwhile; the descriptor is ours to close either way.
-      AnswerSeccompRequestWithFd(listener, request.id, work.fd_.get(), work.cloexec_).IgnoreError();
-    } else {
-      AnswerSeccompRequest(listener, request.id, error).IgnoreError();
-    }
-    if (work.refused_) {
-      absl::MutexLock lock(&mu_);
-      std::string detail = absl::StrCat("refused to create protected path ", *work.refused_,
-                                        " (read-only in the sandbox)");
-      // Bounded like the supervisor's own list: a sandbox naming new files forever gets 64.
-      if (violations_.size() < kMaxViolations &&
-          std::none_of(violations_.begin(), violations_.end(),
-                       [&](const Violation& v) { return v.detail == detail; })) {
-        violations_.push_back(Violation{"filesystem", std::move(detail)});
-      }
+    if (std::optional<std::string> refused =
+            Handle(request, proc_fd.get(), root_fd.get(), &current)) {
+      Record(*std::move(refused));
     }
   }
+}
+
+// ---- rootless: the guard as a process in the sandbox's user namespace ----
+//
+// Its messages to the supervisor, on a SOCK_SEQPACKET pair: first 'R' (ready) or 'E' + the
+// setup's error, then 'V' + a refusal's detail per refused creation. The supervisor sends it
+// each request, as the raw SeccompRequest, and shuts its end when the sandbox is over.
+
+void CreationGuard::ServeProcess(int sock, int userns_fd) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  auto report = [&](char kind, absl::string_view text) {
+    std::string message(1, kind);
+    message.append(text.data(), std::min<size_t>(text.size(), 4000));
+    ::send(sock, message.data(), message.size(), MSG_NOSIGNAL);
+  };
+  // One thread (fork made it so), so the kernel lets it join a user namespace; the user owns
+  // the sandbox's, so it may. There it holds the capabilities the thread guard needs on the
+  // host (CAP_SYS_CHROOT, CAP_SYS_PTRACE over the sandbox, CAP_SETUID/SETGID for its ids) and
+  // nothing over anything else.
+  if (::setns(userns_fd, CLONE_NEWUSER) != 0) {
+    report('E', ErrnoStatus("creation guard: join the sandbox's user namespace (setns)").message());
+    ::_exit(0);
+  }
+  ::close(userns_fd);
+  // The sandbox's init is not dumpable and has not exec'd (its memory still belongs to the
+  // host's user namespace), so only host root may open its root. The callers have exec'd: the
+  // guard enters the root of the first (which it can, as their user, or in their namespace),
+  // and then serves only callers with that same root.
+  UniqueFd proc_fd(::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)), root_fd;
+  if (!proc_fd) {
+    report('E', ErrnoStatus("creation guard: open /proc").message());
+    ::_exit(0);
+  }
+  report('R', "");
+  struct stat root_st = {};
+  Caller current;
+  current.fsuid = static_cast<uid_t>(-1);
+  for (;;) {
+    SeccompRequest request;
+    ssize_t n = ::recv(sock, &request, sizeof(request), 0);
+    if (n == 0) break;  // the sandbox is over
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (n != static_cast<ssize_t>(sizeof(request)) || !calls_.contains(request.data.nr)) {
+      continue;
+    }
+    if (!root_fd) {
+      absl::Status entered = SetUp(request.pid, &proc_fd, &root_fd);
+      if (!entered.ok() || ::fstat(root_fd.get(), &root_st) != 0) {
+        // Nothing is made by anyone else: the call fails, and so will every later one.
+        AnswerSeccompRequest(options_.listener.get(), request.id, EPERM).IgnoreError();
+        report('F', entered.message());
+        root_fd.reset();
+        continue;
+      }
+    } else if (!SameRoot(proc_fd.get(), request.pid, root_st)) {
+      AnswerSeccompRequest(options_.listener.get(), request.id, EPERM).IgnoreError();
+      continue;
+    }
+    if (std::optional<std::string> refused =
+            Handle(request, proc_fd.get(), root_fd.get(), &current)) {
+      report('V', *refused);
+    }
+  }
+  ::_exit(0);
+}
+
+absl::Status CreationGuard::StartProcess() {
+  UniqueFd userns(::openat(AT_FDCWD,
+                           absl::StrCat("/proc/", options_.sandbox_pid, "/ns/user").c_str(),
+                           O_RDONLY | O_CLOEXEC));
+  if (!userns) return ErrnoStatus("creation guard: open the sandbox's user namespace");
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
+    return ErrnoStatus("creation guard: socketpair");
+  }
+  UniqueFd ours(pair[0]), theirs(pair[1]);
+  // fork, not a thread: a multi-threaded process cannot join a user namespace. The child runs
+  // only the guard's own code: glibc keeps malloc usable after fork; nothing of it takes a lock
+  // another thread of the supervisor could have held.
+  const pid_t pid = ::fork();
+  if (pid < 0) return ErrnoStatus("creation guard: fork");
+  if (pid == 0) {
+    ours.reset();
+    // Nothing of the supervisor's but what the guard uses: not the sandbox's pipes or the
+    // egress listeners.
+    int keep[] = {options_.listener.get(), theirs.get(), userns.get()};
+    for (int fd = 3; fd < 1024; ++fd) {
+      if (std::find(std::begin(keep), std::end(keep), fd) == std::end(keep)) ::close(fd);
+    }
+    ServeProcess(theirs.get(), userns.get());
+  }
+  theirs.reset();
+  process_ = pid;
+  sock_ = std::move(ours);
+  char buf[4097];
+  ssize_t n;
+  do {
+    n = ::recv(sock_.get(), buf, sizeof(buf), 0);
+  } while (n < 0 && errno == EINTR);
+  if (n >= 1 && buf[0] == 'R') return absl::OkStatus();
+  if (n >= 1 && buf[0] == 'E') {
+    return absl::FailedPreconditionError(std::string(buf + 1, n - 1));
+  }
+  return absl::InternalError("creation guard: the guard process ended before it was ready");
+}
+
+std::vector<Violation> CreationGuard::StopProcess() {
+  if (sock_) {
+    ::shutdown(sock_.get(), SHUT_WR);
+    char buf[4097];
+    for (;;) {
+      ssize_t n = ::recv(sock_.get(), buf, sizeof(buf), 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      if (buf[0] == 'V') Record(std::string(buf + 1, n - 1));
+      if (buf[0] == 'F') {
+        absl::MutexLock lock(&mu_);
+        if (violations_.size() < kMaxViolations) {
+          violations_.push_back(Violation{
+              "filesystem", absl::StrCat("creation guard could not serve the sandbox (every "
+                                         "creating call failed): ",
+                                         absl::string_view(buf + 1, n - 1))});
+        }
+      }
+    }
+    sock_.reset();
+  }
+  if (process_ > 0) {
+    int status;
+    while (::waitpid(process_, &status, 0) < 0 && errno == EINTR) {
+    }
+    process_ = -1;
+  }
+  absl::MutexLock lock(&mu_);
+  return violations_;
 }
 
 }  // namespace moat::sandbox

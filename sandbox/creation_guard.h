@@ -33,14 +33,17 @@
 // Only sandboxes with a writable host directory need it (`moat run` with allowWrite or
 // --workspace); tmpfs /tmp and /workspace are the sandbox's own. Each creation then costs a round
 // trip to the guard (measured: a shell loop of 200 `echo x > f$i` ran ~0.5 ms longer, 12.1 vs
-// 11.6 ms per run, on a loaded 2-core machine). Needs CAP_SYS_CHROOT (root): rootless runs need a
-// guard that joins the sandbox's user namespace instead (a process, not a thread).
+// 11.6 ms per run, on a loaded 2-core machine). The thread needs CAP_SYS_CHROOT (root); for an
+// ordinary user's run (Options::join_user_namespace) the guard is a process forked from the
+// supervisor that joins the sandbox's user namespace first (a thread cannot), talks to the
+// supervisor over a socket pair and otherwise does the same.
 #pragma once
 
 #include <sys/types.h>
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,7 +69,14 @@ class CreationGuard {
     std::vector<ProtectedEntry> protected_entries;
     std::vector<ProtectedGlob> protected_globs;
     Arch arch = NativeArch();
+    // Rootless (the supervisor is an ordinary user): the guard is a process that joins the
+    // sandbox's user namespace, where the user holds the capabilities the guard needs
+    // (chroot, reading the caller, its ids), instead of a thread with the host's.
+    bool join_user_namespace = false;
   };
+
+  // What the guard knows of a calling thread (creation_guard.cc).
+  struct Caller;
 
   // Starts the guard's thread and waits until it stands in the sandbox's root. Fails, naming the
   // step, if it cannot: the caller must then not let the command run.
@@ -90,11 +100,23 @@ class CreationGuard {
 
  private:
   explicit CreationGuard(Options options);
+  // Puts the calling thread in the root of `root_of`, with only the capabilities it needs.
+  absl::Status SetUp(pid_t root_of, UniqueFd* proc_fd, UniqueFd* root_fd) const;
+  // Answers one request; returns a refusal's detail.
+  std::optional<std::string> Handle(const SeccompRequest& request, int proc_fd, int root_fd,
+                                    Caller* current) const;
+  void Record(std::string detail);
   void Serve();
+  // join_user_namespace: the guard process (fork), its loop, and its end.
+  absl::Status StartProcess();
+  [[noreturn]] void ServeProcess(int sock, int userns_fd);
+  std::vector<Violation> StopProcess();
 
   Options options_;
   absl::flat_hash_map<int, const CreationCall*> calls_;  // by syscall number; set before Start
   std::thread thread_;
+  pid_t process_ = -1;  // join_user_namespace: the guard process
+  UniqueFd sock_;       // and the supervisor's end of its socket pair
   mutable absl::Mutex mu_;
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

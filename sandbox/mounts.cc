@@ -147,9 +147,14 @@ int SetAttr(int fd, const char* path, unsigned int at_flags, uint64_t attrs) {
 
 class ChildMounter {
  public:
-  explicit ChildMounter(int error_fd) : error_fd_(error_fd) {}
+  explicit ChildMounter(int error_fd) : error_fd_(error_fd) {
+    for (int& fd : trees_) fd = -1;
+  }
   ~ChildMounter() {
     if (root_fd_ >= 0) ::close(root_fd_);
+    for (int fd : trees_) {
+      if (fd >= 0) ::close(fd);
+    }
   }
 
   bool Run(const MountStep& s) {
@@ -206,11 +211,14 @@ class ChildMounter {
                     "newinstance,ptmxmode=0666,mode=0620") != 0)
           return Fail("mount devpts", s.target);
         return true;
+      case MountStep::Kind::kOpenTree:
+        return OpenTree(s);
       case MountStep::Kind::kAttachInRoot: {
         if (!EnsureRoot()) return false;
+        const int from = s.slot >= 0 ? trees_[s.slot] : s.fd;
         int dst = ResolveInRoot(root_fd_, s.target);
         if (dst < 0) return Fail("resolve mount point", s.target);
-        int rc = MoveOnto(s.fd, dst);
+        int rc = MoveOnto(from, dst);
         int e = errno;
         ::close(dst);
         errno = e;
@@ -236,6 +244,43 @@ class ChildMounter {
  private:
   bool Fail(const char* step, const char* detail, StepNeeds needs = StepNeeds::kNothingSpecial) {
     return ReportChildFailure(error_fd_, step, detail, errno, needs);
+  }
+
+  // Rootless: the host path, in this mount namespace's copy of the host's mounts (the new root
+  // is not staged yet), without symlinks, the same file the parent checked, cloned detached and
+  // made nosuid, nodev. The user's own user namespace owns this mount namespace, so it may.
+  bool OpenTree(const MountStep& s) {
+    if (s.slot < 0 || s.slot >= static_cast<int>(MountPlan::kMaxTrees)) {
+      errno = EINVAL;
+      return Fail("clone host path: bad slot", s.source);
+    }
+    struct open_how how = {};
+    how.flags = O_PATH | O_CLOEXEC;
+    how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    int opened = static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, s.source, &how, sizeof(how)));
+    if (opened < 0) return Fail("open host path", s.source);
+    struct stat st;
+    if (::fstat(opened, &st) != 0) {
+      int e = errno;
+      ::close(opened);
+      errno = e;
+      return Fail("open host path", s.source);
+    }
+    if (static_cast<uint64_t>(st.st_dev) != s.dev || static_cast<uint64_t>(st.st_ino) != s.ino) {
+      ::close(opened);
+      errno = ESTALE;
+      return Fail("host path replaced since moat checked it (run again)", s.source);
+    }
+    int tree =
+        ::open_tree(opened, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH);
+    int e = errno;
+    ::close(opened);
+    errno = e;
+    if (tree < 0) return Fail("clone host path (open_tree)", s.source);
+    trees_[s.slot] = tree;
+    if (SetAttr(tree, "", AT_EMPTY_PATH | AT_RECURSIVE, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV) != 0)
+      return Fail("make host path nosuid,nodev (mount_setattr)", s.source);
+    return true;
   }
 
   bool EnsureRoot() {
@@ -323,6 +368,7 @@ class ChildMounter {
 
   int error_fd_;
   int root_fd_ = -1;
+  int trees_[MountPlan::kMaxTrees];  // rootless: the host trees this child cloned (kOpenTree)
 };
 
 // The options for a read-only bind of a host path: not idmapped, so it stays owned by its
@@ -337,9 +383,9 @@ MountOptions PlainCopy(const MountOptions& options) {
 
 const char* MountPlan::Keep(std::string s) { return strings_.emplace_back(std::move(s)).c_str(); }
 
-absl::StatusOr<int> MountPlan::OpenTree(const std::string& path, absl::string_view what,
-                                        const MountOptions& options) {
-  if (trees_.size() >= kMaxTrees) {
+absl::StatusOr<MountPlan::Tree> MountPlan::OpenTree(const std::string& path, absl::string_view what,
+                                                    const MountOptions& options) {
+  if (trees_.size() + child_opens_.size() >= kMaxTrees) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": too many writable paths (at most ", kMaxTrees, ")"));
   }
@@ -362,6 +408,15 @@ absl::StatusOr<int> MountPlan::OpenTree(const std::string& path, absl::string_vi
   struct stat st;
   if (::fstat(opened.get(), &st) != 0) {
     return ErrnoStatus(absl::StrCat(what, ": cannot use \"", path, "\""));
+  }
+  if (options.open_in_child) {
+    const int slot = static_cast<int>(child_opens_.size());
+    child_opens_.push_back({.kind = MountStep::Kind::kOpenTree,
+                            .source = Keep(path),
+                            .slot = slot,
+                            .dev = static_cast<uint64_t>(st.st_dev),
+                            .ino = static_cast<uint64_t>(st.st_ino)});
+    return Tree{.slot = slot};
   }
   UniqueFd tree(::open_tree(opened.get(), "",
                             OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH));
@@ -386,7 +441,15 @@ absl::StatusOr<int> MountPlan::OpenTree(const std::string& path, absl::string_vi
   int fd = tree.get();
   trees_.push_back(std::move(tree));
   inherited_fds_.push_back(fd);
-  return fd;
+  return Tree{.fd = fd};
+}
+
+MountStep MountPlan::Attach(const Tree& tree, const char* source, const char* target) const {
+  return {.kind = MountStep::Kind::kAttachInRoot,
+          .source = source,
+          .target = target,
+          .fd = tree.fd,
+          .slot = tree.slot};
 }
 
 absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
@@ -408,18 +471,19 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
 
   // Writable host trees first: a bad path fails before any mount work, and their number decides
   // whether the child can inherit one more descriptor, the root tree's.
-  int workspace_fd = -1;
+  Tree workspace_tree;
   if (options.workspace_dir) {
-    ASSIGN_OR_RETURN(workspace_fd, plan.OpenTree(*options.workspace_dir, "--workspace", options));
+    ASSIGN_OR_RETURN(workspace_tree, plan.OpenTree(*options.workspace_dir, "--workspace", options));
   }
-  int working_fd = -1;
+  std::optional<Tree> working_tree;
   if (options.working_dir && options.show_working_dir) {
     // Read-only, so not idmapped: the files keep their host owners.
-    ASSIGN_OR_RETURN(working_fd, plan.OpenTree(*options.working_dir, "--cwd", PlainCopy(options)));
+    ASSIGN_OR_RETURN(working_tree,
+                     plan.OpenTree(*options.working_dir, "--cwd", PlainCopy(options)));
   }
-  std::vector<int> writable_fds;
+  std::vector<Tree> writable_trees;
   for (const std::string& path : options.writable_paths) {
-    ASSIGN_OR_RETURN(int fd, plan.OpenTree(path, "filesystem.allowWrite", options));
+    ASSIGN_OR_RETURN(Tree tree, plan.OpenTree(path, "filesystem.allowWrite", options));
     // /proc, /sys, /dev and /run have no place for host directories.
     for (const char* own : {"/proc", "/sys", "/dev", "/run"}) {
       if (path == own || absl::StartsWith(path, absl::StrCat(own, "/"))) {
@@ -428,7 +492,7 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
             ", which the sandbox gets fresh from the kernel; it cannot show a host path there"));
       }
     }
-    writable_fds.push_back(fd);
+    writable_trees.push_back(tree);
   }
 
   plan.Add({.kind = K::kMakePrivate});
@@ -455,10 +519,7 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
   plan.Add({.kind = K::kSysfs, .target = in_new_root("/sys")});
   plan.AddTmpfsSteps(options);
   if (options.workspace_dir) {
-    plan.Add({.kind = K::kAttachInRoot,
-              .source = plan.Keep(*options.workspace_dir),
-              .target = "/workspace",
-              .fd = workspace_fd});
+    plan.Add(plan.Attach(workspace_tree, plan.Keep(*options.workspace_dir), "/workspace"));
   }
 
   // Policy paths: home skeletons, writable paths and the working directory, then read-only
@@ -492,12 +553,12 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
     const std::string& path = options.writable_paths[i];
     add_mount_point(path);
     const char* kept = plan.Keep(path);
-    plan.Add({.kind = K::kAttachInRoot, .source = kept, .target = kept, .fd = writable_fds[i]});
+    plan.Add(plan.Attach(writable_trees[i], kept, kept));
   }
-  if (working_fd >= 0) {
+  if (working_tree) {
     add_mount_point(*options.working_dir);
     const char* kept = plan.Keep(*options.working_dir);
-    plan.Add({.kind = K::kAttachInRoot, .source = kept, .target = kept, .fd = working_fd});
+    plan.Add(plan.Attach(*working_tree, kept, kept));
     plan.Add({.kind = K::kReadOnlyInRoot, .target = kept});
   }
   for (const std::string& home : options.home_skeletons) {
@@ -539,10 +600,9 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
           absl::StrCat("\"", seen, "\" is not a regular file on this host; moat binds \"",
                        host_file, "\" over it inside the sandbox. Make it a regular file"));
     }
-    ASSIGN_OR_RETURN(int fd, plan.OpenTree(host_file, inside, PlainCopy(options)));
+    ASSIGN_OR_RETURN(Tree tree, plan.OpenTree(host_file, inside, PlainCopy(options)));
     const char* target = plan.Keep(inside);
-    plan.Add(
-        {.kind = K::kAttachInRoot, .source = plan.Keep(host_file), .target = target, .fd = fd});
+    plan.Add(plan.Attach(tree, plan.Keep(host_file), target));
     plan.Add({.kind = K::kReadOnlyInRoot, .target = target});
   }
   for (const std::string& path : options.readonly_paths) {
@@ -566,16 +626,18 @@ absl::StatusOr<MountPlan> MountPlan::Build(const MountOptions& options) {
     }
     plan.Add({.kind = K::kSetReadOnly, .target = in_new_root("/run"), .flags = 0});
     for (const auto& [host_file, target] : through_run) {
-      ASSIGN_OR_RETURN(int fd, plan.OpenTree(host_file, target, PlainCopy(options)));
+      ASSIGN_OR_RETURN(Tree tree, plan.OpenTree(host_file, target, PlainCopy(options)));
       const char* kept = plan.Keep(target);
-      plan.Add(
-          {.kind = K::kAttachInRoot, .source = plan.Keep(host_file), .target = kept, .fd = fd});
+      plan.Add(plan.Attach(tree, plan.Keep(host_file), kept));
       plan.Add({.kind = K::kReadOnlyInRoot, .target = kept});
     }
   }
   plan.Add({.kind = K::kPivot,
             .source = options.working_dir ? plan.Keep(*options.working_dir) : "/workspace",
             .target = kNewRoot});
+  // Rootless: the child clones the host paths first, before the new root's tmpfs covers /tmp
+  // (where a host path may lie), right after its mounts went private.
+  plan.steps_.insert(plan.steps_.begin() + 1, plan.child_opens_.begin(), plan.child_opens_.end());
   return plan;
 }
 

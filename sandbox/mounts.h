@@ -11,9 +11,10 @@
 //   4. /dev (read-only tmpfs with null, zero, full, random, urandom; tty-less devpts, shm), /proc
 //      (fresh, /proc/sys read-only, dangerous entries masked with the empty /run or /dev/null),
 //      /sys (read-only), /tmp and /workspace;
-//   5. policy mounts: writable binds (host trees the parent opened with open_tree before clone),
-//      then read-only binds inside them, then hidden paths, all resolved inside the new root
-//      (openat2 RESOLVE_IN_ROOT) so host symlinks cannot redirect;
+//   5. policy mounts: writable binds (host trees the parent opened with open_tree before clone,
+//      or, rootless, the child right after step 1), then read-only binds inside them, then
+//      hidden paths, all resolved inside the new root (openat2 RESOLVE_IN_ROOT) so host
+//      symlinks cannot redirect;
 //   6. pivot_root into the new root and detach the old one.
 #pragma once
 
@@ -43,6 +44,13 @@ struct MountOptions {
   // The sandbox root's ids on the host. A writable host path (workspace or allowWrite) owned by
   // someone else is bound idmapped, so its owner's files appear as the sandbox root's (idmap.h).
   std::optional<std::pair<uid_t, gid_t>> sandbox_ids;
+  // Rootless (an ordinary user's run): open_tree of a host path needs CAP_SYS_ADMIN over the
+  // mount namespace it lies in, which only root has over the host's. The child, root of its own
+  // user namespace, clones the host paths itself in its copy of the host's mounts (kOpenTree,
+  // before it stages anything over /tmp), checked against the device and inode the parent saw.
+  // No idmap then (that needs root too): files of other owners show as nobody, and the host's
+  // permissions decide what the user's sandbox may write, as they decide for the user.
+  bool open_in_child = false;
   std::vector<std::string> writable_paths;  // host paths bound read-write at the same path
   std::vector<std::string> readonly_paths;  // re-bound read-only (inside writable ones)
   std::vector<std::string> hidden_paths;    // covered: dirs by an empty dir, files by /dev/null
@@ -72,8 +80,11 @@ struct MountStep {
     kSysfs,           // mount sysfs on `target` read-only, or attach the detached sysfs `fd`;
                       // an empty read-only directory if refused
     kDevpts,          // mount devpts (newinstance) on `target`
+    kOpenTree,        // rootless: clone host path `source` (no symlinks; its device and inode
+                      // must be `dev`, `ino`) as a detached nosuid, nodev tree, kept in `slot`
     kAttachInRoot,    // move_mount the detached tree `fd` (opened by the parent from host
-                      // path `source`) onto `target` resolved inside the new root
+                      // path `source`), or the child's tree `slot`, onto `target` resolved
+                      // inside the new root
     kReadOnlyInRoot,  // re-bind `target` (resolved inside the new root) read-only
     kHideInRoot,      // cover `target` (resolved inside the new root)
     kMask,            // bind the read-only `source` (an empty directory or /dev/null) on
@@ -86,6 +97,8 @@ struct MountStep {
   const char* data = nullptr;
   unsigned long flags = 0;
   int fd = -1;
+  int slot = -1;              // kOpenTree, kAttachInRoot: the child's tree
+  uint64_t dev = 0, ino = 0;  // kOpenTree
   uint64_t attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;  // kSetReadOnly
   bool optional = false;  // a missing target or source is skipped rather than an error
 };
@@ -127,9 +140,17 @@ class MountPlan {
  private:
   MountPlan() = default;
   const char* Keep(std::string s);
+  // A host tree to attach: the parent's descriptor, or the child's slot (rootless).
+  struct Tree {
+    int fd = -1;
+    int slot = -1;
+  };
   // open_tree(OPEN_TREE_CLONE) of a host path, nosuid and nodev; the plan keeps the descriptor.
-  absl::StatusOr<int> OpenTree(const std::string& path, absl::string_view what,
-                               const MountOptions& options);
+  // With options.open_in_child, only checked here, and a kOpenTree step for the child.
+  absl::StatusOr<Tree> OpenTree(const std::string& path, absl::string_view what,
+                                const MountOptions& options);
+  // The kAttachInRoot step of `tree`.
+  MountStep Attach(const Tree& tree, const char* source, const char* target) const;
   void Add(MountStep step) { steps_.push_back(step); }
   // The root: tmpfs, host entries, own mount points (/run stays empty), read-only.
   void AddRootSteps(const std::vector<HostEntry>& host_entries, const std::string& root_dir);
@@ -144,6 +165,7 @@ class MountPlan {
   // Detached copies of host directories (open_tree), made before clone: inside the child's mount
   // namespace the staging tmpfs at /tmp hides part of the host, so sources are opened here.
   std::vector<UniqueFd> trees_;
+  std::vector<MountStep> child_opens_;  // kOpenTree steps, run right after kMakePrivate
   std::map<std::pair<uid_t, gid_t>, UniqueFd> mapping_namespaces_;  // by owner, for idmaps
   std::vector<int> inherited_fds_;
 };

@@ -132,6 +132,63 @@ TEST(MountPlanTest, WritablePathUnderPrivateTmpGetsAMountPoint) {
   EXPECT_GE(plan->steps()[attach].fd, 0);
 }
 
+// Rootless: no descriptor from the parent (open_tree there needs root over the host's mounts);
+// the child clones each host path itself, before the new root's tmpfs goes over /tmp, where one
+// of them lies, and checks it is the file the parent saw.
+TEST(MountPlanTest, RootlessPlansCloneHostPathsInTheChildBeforeStaging) {
+  char tmpl[] = "/tmp/moat-mounts-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  struct stat st;
+  ASSERT_EQ(::stat(tmpl, &st), 0);
+  MountOptions options;
+  options.open_in_child = true;
+  options.workspace_dir = "/usr";
+  options.writable_paths = {tmpl};
+  options.working_dir = "/etc";
+  options.show_working_dir = true;
+  absl::StatusOr<MountPlan> plan = MountPlan::Build(options);
+  ::rmdir(tmpl);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->inherited_fds().empty());
+  std::vector<const MountStep*> opens = Find(*plan, K::kOpenTree);
+  ASSERT_EQ(opens.size(), 3u);
+  const int staging = IndexOf(*plan, K::kTmpfs, "/tmp");
+  ASSERT_GE(staging, 0);
+  EXPECT_EQ(plan->steps()[0].kind, K::kMakePrivate);
+  for (size_t i = 0; i < opens.size(); ++i) {
+    EXPECT_EQ(opens[i], &plan->steps()[i + 1]) << "right after the mounts went private";
+    EXPECT_EQ(opens[i]->slot, static_cast<int>(i));
+  }
+  EXPECT_STREQ(opens[0]->source, "/usr");
+  EXPECT_STREQ(opens[1]->source, "/etc");
+  EXPECT_STREQ(opens[2]->source, tmpl);
+  EXPECT_EQ(opens[2]->dev, static_cast<uint64_t>(st.st_dev));
+  EXPECT_EQ(opens[2]->ino, static_cast<uint64_t>(st.st_ino));
+  const int attach = IndexOf(*plan, K::kAttachInRoot, tmpl);
+  ASSERT_GE(attach, 0);
+  EXPECT_GT(attach, staging);
+  EXPECT_EQ(plan->steps()[attach].slot, 2);
+  EXPECT_EQ(plan->steps()[attach].fd, -1);
+  const int ws = IndexOf(*plan, K::kAttachInRoot, "/workspace");
+  ASSERT_GE(ws, 0);
+  EXPECT_EQ(plan->steps()[ws].slot, 0);
+}
+
+TEST(MountPlanTest, RootlessPlansStillRefuseSymlinkedHostPaths) {
+  char tmpl[] = "/tmp/moat-mounts-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string link = std::string(tmpl) + "/link";
+  ASSERT_EQ(::symlink("/etc", link.c_str()), 0);
+  MountOptions options;
+  options.open_in_child = true;
+  options.writable_paths = {link};
+  absl::StatusOr<MountPlan> plan = MountPlan::Build(options);
+  ::unlink(link.c_str());
+  ::rmdir(tmpl);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_THAT(std::string(plan.status().message()), HasSubstr("goes through a symlink"));
+}
+
 TEST(MountPlanTest, WritablePathUnderProcIsRefused) {
   MountOptions options;
   options.writable_paths = {"/proc/sys"};

@@ -24,6 +24,9 @@ absl::StatusOr<std::unique_ptr<PreparedSandbox>> PrepareSandbox(const HostSetup&
                                                                 const PrepareInputs& inputs) {
   MountOptions mount_options = *inputs.mounts;
   mount_options.sandbox_ids = std::make_pair(host.ids().host_uid, host.ids().host_gid);
+  // An ordinary user cannot clone host trees from the host's mount namespace: the child does,
+  // in its own (mounts.h).
+  mount_options.open_in_child = mount_options.open_in_child || !host.ids().privileged;
   // Egress: everything that can fail is checked before clone (fail closed); the listeners are
   // bound once the sandbox's network namespace exists (the spawn's before_start).
   std::unique_ptr<egress::EgressSession> egress;

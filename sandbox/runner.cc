@@ -64,7 +64,8 @@ std::vector<ProtectedEntry> ProtectedEntriesFor(const MountOptions& mounts) {
 absl::StatusOr<std::unique_ptr<CreationGuard>> StartGuard(const SeccompProgram& seccomp,
                                                           SandboxProcess& proc,
                                                           std::vector<ProtectedEntry> entries,
-                                                          std::vector<ProtectedGlob> globs) {
+                                                          std::vector<ProtectedGlob> globs,
+                                                          bool rootless) {
   if (!seccomp.guards_creation()) return nullptr;
   CreationGuard::Options guard_options;
   // Its own descriptor: the supervisor closes the listener when the sandbox stops using it.
@@ -77,6 +78,9 @@ absl::StatusOr<std::unique_ptr<CreationGuard>> StartGuard(const SeccompProgram& 
   guard_options.protected_entries = std::move(entries);
   guard_options.protected_globs = std::move(globs);
   guard_options.arch = seccomp.arch();
+  // An ordinary user's supervisor has no CAP_SYS_CHROOT on the host: a guard process in the
+  // sandbox's user namespace instead of a thread (creation_guard.h).
+  guard_options.join_user_namespace = rootless;
   absl::StatusOr<std::unique_ptr<CreationGuard>> started =
       CreationGuard::Start(std::move(guard_options));
   if (started.ok()) return started;
@@ -147,7 +151,8 @@ absl::StatusOr<std::unique_ptr<Runner>> Runner::Create(const RunnerOptions& opti
   }
   auto network =
       std::make_unique<NetworkPreparation>(CleanupAfter(host->cgroup_layout()), pool.get());
-  return std::unique_ptr<Runner>(new Runner(std::move(host), std::move(pool), std::move(network)));
+  return std::unique_ptr<Runner>(
+      new Runner(std::move(host), std::move(pool), std::move(network), options.rootless_forms));
 }
 
 absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
@@ -161,10 +166,10 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
                : std::make_unique<NetworkPreparation>(CleanupAfter(layout()), netns_pool_.get());
   // 1. The cgroup: made now on v2 (the child is cloned into it), by the v1 warm-up otherwise.
   const std::string name = absl::StrCat(::getpid(), "-", runs_++);
-  ASSIGN_OR_RETURN(std::unique_ptr<RunCgroup> cgroup,
-                   RunCgroup::Start(layout(), name,
-                                    {request.limits.memory_bytes, request.limits.pids,
-                                     request.limits.cpus}));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<RunCgroup> cgroup,
+      RunCgroup::Start(layout(), name,
+                       {request.limits.memory_bytes, request.limits.pids, request.limits.cpus}));
   const absl::Time cgroup_ready = absl::Now();
   // 2. Seccomp, with the creation guard's listener when read-only paths that do not exist yet
   //    lie under a writable host directory (creation_guard.h).
@@ -177,8 +182,10 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   // 3. Egress, mounts and the child's plan (prepare.h), shared with the agent.
   std::optional<egress::EgressOptions> egress_options = request.egress;
   if (egress_options) egress_options->sandbox_id = name;
+  MountOptions mount_options = request.mounts;
+  mount_options.open_in_child = mount_options.open_in_child || rootless_forms_;
   ASSIGN_OR_RETURN(std::unique_ptr<PreparedSandbox> prepared,
-                   PrepareSandbox(*host_, {.mounts = &request.mounts,
+                   PrepareSandbox(*host_, {.mounts = &mount_options,
                                            .cpu_timeout = request.limits.cpu_timeout,
                                            .egress = egress_options ? &*egress_options : nullptr,
                                            .seccomp = seccomp,
@@ -215,7 +222,7 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   // 6. The guard, before the command's first creating call returns.
   ASSIGN_OR_RETURN(std::unique_ptr<CreationGuard> guard,
                    StartGuard(*seccomp, proc, std::move(protected_entries),
-                              std::move(protected_globs)));
+                              std::move(protected_globs), rootless_forms_));
   // 7. Supervision until init ends, then what egress and the guard refused.
   ASSIGN_OR_RETURN(Cgroup * run_cgroup, cgroup->Get());
   absl::StatusOr<RunResult> result =

@@ -54,6 +54,10 @@ struct RunnerOptions {
   // (each sandbox's is made while it starts).
   std::string netns_pool_dir = NetnsPool::kDefaultDir;
   int netns_pool_capacity = 2;
+  // The forms an ordinary user's run takes (host trees cloned by the child, mounts.h; the
+  // creation guard as a process in the sandbox's user namespace, creation_guard.h), for root
+  // too: how tests as root cover them. An ordinary user's runs take them anyway.
+  bool rootless_forms = false;
 };
 
 // Not thread-safe: one Run() at a time per Runner.
@@ -69,12 +73,16 @@ class Runner {
 
  private:
   Runner(std::unique_ptr<HostSetup> host, std::unique_ptr<NetnsPool> netns_pool,
-         std::unique_ptr<NetworkPreparation> network)
-      : host_(std::move(host)), netns_pool_(std::move(netns_pool)), network_(std::move(network)) {}
+         std::unique_ptr<NetworkPreparation> network, bool rootless_forms)
+      : host_(std::move(host)),
+        rootless_forms_(rootless_forms || !host_->ids().privileged),
+        netns_pool_(std::move(netns_pool)),
+        network_(std::move(network)) {}
 
   const CgroupLayout& layout() const { return host_->cgroup_layout(); }
 
   std::unique_ptr<HostSetup> host_;
+  const bool rootless_forms_;
   uint64_t runs_ = 0;
   std::unique_ptr<NetnsPool> netns_pool_;        // null: none; outlives network_
   std::unique_ptr<NetworkPreparation> network_;  // for the next Run, if already started

@@ -241,6 +241,52 @@ TEST_F(RunnerTest, WritableHostPathIsIdmappedAndProtectedPathsCannotBeMade) {
   std::system(("rm -rf '" + dir + "'").c_str());
 }
 
+// The forms an ordinary user's run takes, as root: the child clones the writable host path
+// itself (under /tmp, which its staging tmpfs covers later), and the creation guard is a process
+// in the sandbox's user namespace. Writes land (not idmapped: the directory is the sandbox's
+// host uid's), protected names are refused at creation and reported over the guard's socket.
+TEST_F(RunnerTest, RootlessFormsBindHostPathsInTheChildAndGuardFromItsUserNamespace) {
+  RunnerOptions options;
+  options.rootless_forms = true;
+  options.netns_pool_dir = "";
+  absl::StatusOr<std::unique_ptr<Runner>> rootless = Runner::Create(options);
+  ASSERT_TRUE(rootless.ok()) << rootless.status();
+  char tmpl[] = "/tmp/moat-runner-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  std::string dir = tmpl;
+  ASSERT_EQ(::mkdir((dir + "/.git").c_str(), 0755), 0);
+  ASSERT_EQ(::chown(dir.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(::chown((dir + "/.git").c_str(), 65534, 65534), 0);
+  RunRequest req = Request({"/bin/sh", "-c",
+                            "cd " + dir +
+                                " && echo data > out.txt && mkdir sub && : > sub/f; mkdir .vscode; "
+                                "echo y > .git/config; ls -A .git; test -e .vscode || echo done"});
+  Policy policy;
+  policy.allow_write = {dir};
+  policy.deny_write = {dir + "/.vscode", dir + "/.git/config"};
+  HostContext host;
+  host.home = "/nonexistent-home";
+  absl::StatusOr<MountOptions> mounts = MountOptionsFor(policy, host, std::nullopt);
+  ASSERT_TRUE(mounts.ok()) << mounts.status();
+  req.mounts = *mounts;
+  absl::StatusOr<RunResult> r = (*rootless)->Run(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stdout_text.text, "done\n") << r->stderr_text.text;
+  EXPECT_THAT(r->stderr_text.text, HasSubstr("Read-only file system"));
+  struct stat st;
+  ASSERT_EQ(::stat((dir + "/out.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 65534u);
+  EXPECT_EQ(::stat((dir + "/sub/f").c_str(), &st), 0);
+  EXPECT_NE(::lstat((dir + "/.vscode").c_str(), &st), 0);
+  EXPECT_NE(::lstat((dir + "/.git/config").c_str(), &st), 0);
+  int reported = 0;
+  for (const Violation& v : r->violations) {
+    if (v.kind == "filesystem" && absl::StrContains(v.detail, "refused to create")) ++reported;
+  }
+  EXPECT_EQ(reported, 2);
+  std::system(("rm -rf '" + dir + "'").c_str());
+}
+
 // Protection follows the directory, not its name: a sandbox that moves .git away and plants a
 // symlink to a host directory in its place gets neither the symlink nor a config in the moved
 // directory, and the host directory behind the symlink is never touched.
