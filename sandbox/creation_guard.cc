@@ -587,7 +587,7 @@ void CreationGuard::Serve() {
 // setup's error, then 'V' + a refusal's detail per refused creation. The supervisor sends it
 // each request, as the raw SeccompRequest, and shuts its end when the sandbox is over.
 
-void CreationGuard::ServeProcess(int sock, int userns_fd) {
+void CreationGuard::ServeProcess(int sock, int pidfd) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   auto report = [&](char kind, absl::string_view text) {
     std::string message(1, kind);
@@ -598,11 +598,11 @@ void CreationGuard::ServeProcess(int sock, int userns_fd) {
   // the sandbox's, so it may. There it holds the capabilities the thread guard needs on the
   // host (CAP_SYS_CHROOT, CAP_SYS_PTRACE over the sandbox, CAP_SETUID/SETGID for its ids) and
   // nothing over anything else.
-  if (::setns(userns_fd, CLONE_NEWUSER) != 0) {
+  if (::setns(pidfd, CLONE_NEWUSER) != 0) {
     report('E', ErrnoStatus("creation guard: join the sandbox's user namespace (setns)").message());
     ::_exit(0);
   }
-  ::close(userns_fd);
+  ::close(pidfd);
   // The sandbox's init is not dumpable and has not exec'd (its memory still belongs to the
   // host's user namespace), so only host root may open its root. The callers have exec'd: the
   // guard enters the root of the first (which it can, as their user, or in their namespace),
@@ -649,10 +649,9 @@ void CreationGuard::ServeProcess(int sock, int userns_fd) {
 }
 
 absl::Status CreationGuard::StartProcess() {
-  UniqueFd userns(::openat(AT_FDCWD,
-                           absl::StrCat("/proc/", options_.sandbox_pid, "/ns/user").c_str(),
-                           O_RDONLY | O_CLOEXEC));
-  if (!userns) return ErrnoStatus("creation guard: open the sandbox's user namespace");
+  if (options_.sandbox_pidfd < 0) {
+    return absl::InvalidArgumentError("creation guard: no pidfd of the sandbox to join");
+  }
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
     return ErrnoStatus("creation guard: socketpair");
@@ -667,11 +666,11 @@ absl::Status CreationGuard::StartProcess() {
     ours.reset();
     // Nothing of the supervisor's but what the guard uses: not the sandbox's pipes or the
     // egress listeners.
-    int keep[] = {options_.listener.get(), theirs.get(), userns.get()};
+    int keep[] = {options_.listener.get(), theirs.get(), options_.sandbox_pidfd};
     for (int fd = 3; fd < 1024; ++fd) {
       if (std::find(std::begin(keep), std::end(keep), fd) == std::end(keep)) ::close(fd);
     }
-    ServeProcess(theirs.get(), userns.get());
+    ServeProcess(theirs.get(), options_.sandbox_pidfd);
   }
   theirs.reset();
   process_ = pid;

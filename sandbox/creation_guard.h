@@ -73,6 +73,10 @@ class CreationGuard {
     // sandbox's user namespace, where the user holds the capabilities the guard needs
     // (chroot, reading the caller, its ids), instead of a thread with the host's.
     bool join_user_namespace = false;
+    // join_user_namespace: a pidfd of the sandbox's init (borrowed until Start returns), the
+    // way into its user namespace: an ordinary user may not open /proc/<init>/ns/user (init is
+    // not dumpable), but may setns through the pidfd of its own child.
+    int sandbox_pidfd = -1;
   };
 
   // What the guard knows of a calling thread (creation_guard.cc).
@@ -109,7 +113,7 @@ class CreationGuard {
   void Serve();
   // join_user_namespace: the guard process (fork), its loop, and its end.
   absl::Status StartProcess();
-  [[noreturn]] void ServeProcess(int sock, int userns_fd);
+  [[noreturn]] void ServeProcess(int sock, int pidfd);
   std::vector<Violation> StopProcess();
 
   Options options_;

@@ -83,7 +83,10 @@ void SweepStaleRuns(const std::string& scratch) {
 }
 
 std::string PrepareSuite(Suite& s) {
-  if (::geteuid() != 0) return "the e2e suite needs root (moat run creates cgroups)";
+  if (::geteuid() != 0 && !Rootless()) {
+    return "the e2e suite needs root (moat run creates cgroups), or MOAT_E2E_ROOTLESS=1 in a "
+           "delegated cgroup scope";
+  }
   const char* bin = std::getenv("MOAT_BIN");
   s.moat = bin && *bin ? bin : MOAT_E2E_DEFAULT_BIN;
   if (::access(s.moat.c_str(), X_OK) != 0) {
@@ -206,6 +209,14 @@ const std::string& SuiteSetupError() {
   return *error;
 }
 
+bool Rootless() {
+  const char* value = std::getenv("MOAT_E2E_ROOTLESS");
+  return value != nullptr && std::string(value) == "1" && ::geteuid() != 0;
+}
+
+uid_t SandboxHostUid() { return ::geteuid() == 0 ? 65534 : ::geteuid(); }
+gid_t SandboxHostGid() { return ::geteuid() == 0 ? 65534 : ::getegid(); }
+
 const std::string& MoatBinary() { return TheSuite().moat; }
 
 std::string Attack(absl::string_view name) { return absl::StrCat(TheSuite().bin_dir, "/", name); }
@@ -247,7 +258,9 @@ std::string TempDir::Path(absl::string_view relative) const {
 }
 
 void E2eTest::SetUp() {
-  if (::geteuid() != 0) GTEST_SKIP() << "the e2e suite runs moat, which needs root";
+  if (::geteuid() != 0 && !Rootless()) {
+    GTEST_SKIP() << "the e2e suite runs moat, which needs root (or MOAT_E2E_ROOTLESS=1)";
+  }
   const std::string& error = SuiteSetupError();
   ASSERT_TRUE(error.empty()) << error;
   dir_ = std::make_unique<TempDir>();
@@ -302,6 +315,10 @@ MoatProcess::MoatProcess(std::vector<std::string> args, MoatOptions options)
   std::vector<std::string> env = {
       absl::StrCat("PATH=", kHostPath),
       absl::StrCat("HOME", "=", options_.home.empty() ? suite.home : options_.home)};
+  // Rootless, the suite's own cgroup is not moat's to split: the delegated cgroup it is given.
+  if (const char* parent = std::getenv("MOAT_CGROUP_PARENT"); Rootless() && parent != nullptr) {
+    env.push_back(absl::StrCat("MOAT_CGROUP_PARENT=", parent));
+  }
   env.insert(env.end(), options_.env.begin(), options_.env.end());
   std::vector<std::string> argv = {options_.binary.empty() ? suite.moat : options_.binary};
   argv.insert(argv.end(), args_.begin(), args_.end());

@@ -30,6 +30,15 @@ const std::string& SuiteSetupError();
 // The path of the moat binary ($MOAT_BIN, else the one this suite was built with).
 const std::string& MoatBinary();
 
+// $MOAT_E2E_ROOTLESS=1: the suite runs as an ordinary user (in a delegated cgroup scope, e.g.
+// `systemd-run --user --scope -p Delegate=yes e2e_project_config_test`), and so does every moat
+// it starts; without it the suite needs root.
+bool Rootless();
+// The sandbox's root on the host: nobody (65534) under root, the user itself rootless. The
+// owner a writable host directory needs for the sandbox to write without an idmap.
+uid_t SandboxHostUid();
+gid_t SandboxHostGid();
+
 // The path, visible inside the sandbox, of the attack program `name` (e2e/run/attacks/<name>.c).
 std::string Attack(absl::string_view name);
 

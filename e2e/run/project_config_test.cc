@@ -62,7 +62,7 @@ class ProjectConfigTest : public E2eTest {
     WriteFile(project_ + "/.git/HEAD", "ref: refs/heads/main\n", 0644);
     for (const std::string& p :
          {project_, project_ + "/.git", project_ + "/.git/objects", project_ + "/.git/HEAD"}) {
-      EXPECT_EQ(::chown(p.c_str(), 65534, 65534), 0) << p;
+      EXPECT_EQ(::chown(p.c_str(), SandboxHostUid(), SandboxHostGid()), 0) << p;
     }
     policy_ = dir().Path("policy.yaml");
     WriteFile(policy_, absl::StrCat("filesystem:\n  allowWrite: [\"", project_, "\"]\n"), 0644);
@@ -167,7 +167,7 @@ TEST_F(ProjectConfigTest, PisDefaultConfigurationIsAcceptedAndEnforced) {
   WriteFile(project_ + "/.env.local", "TOKEN=1\n");
   for (const std::string& p :
        {project_ + "/certs", project_ + "/certs/server.pem", project_ + "/.env.local"}) {
-    ASSERT_EQ(::chown(p.c_str(), 65534, 65534), 0) << p;
+    ASSERT_EQ(::chown(p.c_str(), SandboxHostUid(), SandboxHostGid()), 0) << p;
   }
   const std::string global = dir().Path("pi-global-sandbox.json");
   WriteFile(global, R"({"enabled": true,

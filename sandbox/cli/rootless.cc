@@ -3,9 +3,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "sandbox/cgroup/cgroup.h"
 #include "sandbox/egress/sandbox_egress.h"
@@ -120,6 +123,44 @@ absl::StatusOr<RootlessHost> CurrentRootlessHost() {
     host.parent_writable = ::access(layout.v2_parent.c_str(), W_OK) == 0 &&
                            ::access((layout.v2_parent + "/cgroup.procs").c_str(), W_OK) == 0;
   }
+  return host;
+}
+
+absl::Status CheckUsernsRestriction(const UsernsRestriction& host) {
+  if (host.euid == 0 || host.restrict_unprivileged_userns != 1) return absl::OkStatus();
+  if (host.label != "unconfined") return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "user namespaces: this host's AppArmor restricts unprivileged user namespaces "
+      "(kernel.apparmor_restrict_unprivileged_userns=1, Ubuntu's default) and moat runs without "
+      "a profile, so its sandbox would get no capabilities inside and could not be set up. "
+      "Install moat's profile (integrations/pi/apparmor/moat, in the moat-pi package too; its "
+      "path must match this moat binary): `sudo install -m 644 apparmor/moat "
+      "/etc/apparmor.d/moat && sudo apparmor_parser -r /etc/apparmor.d/moat` (docs/pi.md, "
+      "\"Ubuntu 24.04\"); or run moat as root"));
+}
+
+UsernsRestriction CurrentUsernsRestriction() {
+  UsernsRestriction host;
+  host.euid = ::geteuid();
+  auto read_first_line = [](const char* path) -> std::optional<std::string> {
+    std::FILE* f = std::fopen(path, "re");
+    if (f == nullptr) return std::nullopt;
+    char buf[256] = {};
+    const bool got = std::fgets(buf, sizeof(buf), f) != nullptr;
+    std::fclose(f);
+    if (!got) return std::string();
+    std::string line = buf;
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\0')) line.pop_back();
+    return line;
+  };
+  if (std::optional<std::string> value =
+          read_first_line("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")) {
+    int parsed = -1;
+    if (absl::SimpleAtoi(*value, &parsed)) host.restrict_unprivileged_userns = parsed;
+  }
+  std::optional<std::string> label = read_first_line("/proc/self/attr/apparmor/current");
+  if (!label) label = read_first_line("/proc/self/attr/current");
+  host.label = label.value_or("");
   return host;
 }
 

@@ -74,4 +74,28 @@ absl::Status CheckRootlessCgroup(const RootlessHost& host);
 // RootlessHost of this process (reads mountinfo, /proc/self/cgroup, xattrs, access(2)).
 absl::StatusOr<RootlessHost> CurrentRootlessHost();
 
+// Ubuntu (23.10 and later; 24.04 by default) restricts unprivileged user namespaces with
+// AppArmor: with kernel.apparmor_restrict_unprivileged_userns=1 an unconfined process may still
+// create one, but gets no capabilities inside, so the sandbox's first privileged step (its host
+// name, its mounts) fails with EPERM. A profile that allows `userns` lifts it for moat alone
+// (integrations/pi/apparmor/moat, docs/pi.md).
+struct UsernsRestriction {
+  uid_t euid = 0;
+  // The sysctl's value: -1 when it does not exist (not Ubuntu, no AppArmor).
+  int restrict_unprivileged_userns = -1;
+  // This process's AppArmor label (/proc/self/attr/apparmor/current): "unconfined", or the
+  // profile's name ("moat (unconfined)"); "" when AppArmor says nothing.
+  std::string label;
+};
+
+// FailedPrecondition, before any step, when the restriction applies to this process: an
+// ordinary user, the sysctl at 1, and no profile (label "unconfined"); the message names the
+// sysctl, the profile to install and how. A process under a profile is let through: the profile
+// decides (a profile without `userns` fails at the first step, whose message says the same).
+// Pure.
+absl::Status CheckUsernsRestriction(const UsernsRestriction& host);
+
+// UsernsRestriction of this process.
+UsernsRestriction CurrentUsernsRestriction();
+
 }  // namespace moat::cli

@@ -123,5 +123,39 @@ TEST(RootlessCgroupTest, ThisHost) {
   }
 }
 
+// Ubuntu 24.04's AppArmor restriction: an unconfined ordinary user is refused before any step,
+// told the sysctl and the profile; root, a profile's process, and hosts without the sysctl
+// (or with it off) are not.
+TEST(UsernsRestrictionTest, AnUnconfinedUserUnderTheRestrictionIsToldToInstallTheProfile) {
+  EXPECT_THAT(CheckUsernsRestriction(
+                  {.euid = 1000, .restrict_unprivileged_userns = 1, .label = "unconfined"}),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("kernel.apparmor_restrict_unprivileged_userns=1"),
+                             HasSubstr("integrations/pi/apparmor/moat"),
+                             HasSubstr("apparmor_parser -r /etc/apparmor.d/moat"),
+                             HasSubstr("or run moat as root"))));
+}
+
+TEST(UsernsRestrictionTest, RootAProfileOrNoRestrictionPass) {
+  EXPECT_THAT(
+      CheckUsernsRestriction({.euid = 0, .restrict_unprivileged_userns = 1, .label = "unconfined"}),
+      IsOk());
+  EXPECT_THAT(CheckUsernsRestriction(
+                  {.euid = 1000, .restrict_unprivileged_userns = 1, .label = "moat (unconfined)"}),
+              IsOk());
+  EXPECT_THAT(CheckUsernsRestriction(
+                  {.euid = 1000, .restrict_unprivileged_userns = 0, .label = "unconfined"}),
+              IsOk());
+  EXPECT_THAT(CheckUsernsRestriction({.euid = 1000, .label = "unconfined"}), IsOk());
+}
+
+TEST(UsernsRestrictionTest, ThisHostIsRead) {
+  UsernsRestriction here = CurrentUsernsRestriction();
+  EXPECT_EQ(here.euid, ::geteuid());
+  const bool has_sysctl =
+      ::access("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", F_OK) == 0;
+  EXPECT_EQ(here.restrict_unprivileged_userns >= 0, has_sysctl);
+}
+
 }  // namespace
 }  // namespace moat::cli

@@ -148,8 +148,12 @@ int RunCommandMain(const std::vector<std::string>& args) {
   int cancel_fd = ::signalfd(-1, &stop_signals, SFD_CLOEXEC);
   if (cancel_fd < 0) return Fail("cannot watch for interrupts (signalfd)");
 
-  // An ordinary user: refused here, before any step, where no cgroup is delegated to it.
+  // An ordinary user: refused here, before any step, where AppArmor would leave its sandbox
+  // without capabilities or no cgroup is delegated to it.
   if (::geteuid() != 0) {
+    if (absl::Status s = CheckUsernsRestriction(CurrentUsernsRestriction()); !s.ok()) {
+      return Fail(s.message());
+    }
     absl::StatusOr<RootlessHost> host = CurrentRootlessHost();
     if (!host.ok()) return Fail(host.status().message());
     if (absl::Status s = CheckRootlessCgroup(*host); !s.ok()) return Fail(s.message());

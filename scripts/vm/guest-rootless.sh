@@ -16,7 +16,7 @@ for i in 1 2 3; do
   echo "rootless: logind or user@$uid did not start (try $i)"
 done
 as_user() {
-  timeout -k 5 300 runuser -u moatuser -- env -i PATH=/usr/bin:/bin HOME=/home/moatuser USER=moatuser \
+  timeout -k 5 "${LIMIT:-300}" runuser -u moatuser -- env -i PATH=/usr/bin:/bin HOME=/home/moatuser USER=moatuser \
     XDG_RUNTIME_DIR=/run/user/$uid DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/$uid/bus "$@"
 }
 # check NAME EXPECTED_RC EXPECTED_TEXT COMMAND...: the command's status and that its output
@@ -41,3 +41,32 @@ check no-user-manager 125 "loginctl enable-linger" \
 check in-a-scope 0 "uid=0(root)" as_user $scope "$MOAT" run -- id
 check limits-apply 137 "memory limit" as_user $scope "$MOAT" run --memory 32M -- \
   python3 -c "b = bytearray(256 << 20)"
+# Host paths bound without root (the child clones them in its own mount namespace), and the
+# creation guard as a process in the sandbox's user namespace: a project in the home, writable,
+# whose agent configuration cannot be planted.
+runuser -u moatuser -- sh -c 'rm -rf ~/ws ~/proj /tmp/moatuser-w; mkdir -p ~/ws ~/proj/.git /tmp/moatuser-w
+  printf "filesystem:\n  allowWrite: [\".\"]\n" > ~/proj-policy.yaml'
+check workspace 0 "inside" as_user $scope "$MOAT" run --workspace /home/moatuser/ws -- \
+  sh -c 'echo inside > /workspace/f && cat /workspace/f'
+check workspace-lands 0 "moatuser inside" sh -c 'echo "$(stat -c %U /home/moatuser/ws/f) $(cat /home/moatuser/ws/f)"'
+check allow-write-under-tmp 0 "tmp ok" as_user $scope "$MOAT" run --cwd /tmp/moatuser-w --policy /home/moatuser/proj-policy.yaml -- \
+  sh -c 'echo tmp > t && echo "$(cat t) ok"'
+check project-in-home 0 "landed" as_user $scope "$MOAT" run --cwd /home/moatuser/proj \
+  --policy /home/moatuser/proj-policy.yaml -- \
+  sh -c 'mkdir -p .pi/extensions; echo evil > .pi/extensions/evil.ts; echo evil > .envrc; mkdir .git/hooks; echo x > .git/config; echo work > main.py && echo landed'
+check nothing-planted 0 "clean work" sh -c 'cd /home/moatuser/proj && for f in .pi .envrc .git/hooks .git/config; do [ -e "$f" ] && echo "PRESENT $f"; done; echo "clean $(cat main.py)"'
+check nothing-planted-really 1 "" sh -c 'cd /home/moatuser/proj && ls -A . .git | grep -E "^(\.pi|\.envrc|hooks|config)$"'
+# The e2e attack cases of the project's configuration (e2e/run/project_config_test.cc), as the
+# user in a delegated scope: the same tests that pass as root.
+# The test binary moves to a child cgroup of the scope, so that the scope can hand its
+# controllers to the sibling the sandboxes go in (MOAT_CGROUP_PARENT).
+mkdir -p /srv/e2e-user && chown moatuser: /srv/e2e-user
+cat > /srv/e2e-user/in-subcgroup.sh <<'SH'
+cg=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup)
+mkdir "$cg/tests" "$cg/sandboxes" && echo $$ > "$cg/tests/cgroup.procs" &&
+  echo "+cpu +memory +pids" > "$cg/cgroup.subtree_control" || exit 125
+MOAT_CGROUP_PARENT=${cg#/sys/fs/cgroup}/sandboxes exec "$@"
+SH
+LIMIT=1200 check e2e-project-config 0 "PASSED" as_user env MOAT_E2E_ROOTLESS=1 MOAT_E2E_SCRATCH=/srv/e2e-user \
+  MOAT_E2E_TIME_SCALE=4 MOAT_BIN="$MOAT" $scope sh /srv/e2e-user/in-subcgroup.sh \
+  "$B/tests/e2e_project_config_test" --gtest_brief=1

@@ -14,7 +14,8 @@ build_arm64=$(realpath -m "${2:-$repo/build-arm64}")
 [ -x "$build/bin/moat" ] || { echo "pack: $build/bin/moat is missing: build it first (scripts/build.sh)" >&2; exit 1; }
 stage=$build/pi-pack/moat-pi
 rm -rf "$stage" && mkdir -p "$stage/bin/linux-x64"
-cp -r "$here/package.json" "$here/README.md" "$here/extensions" "$here/src" "$here/policy" "$stage/"
+cp -r "$here/package.json" "$here/README.md" "$here/extensions" "$here/src" "$here/policy" \
+  "$here/apparmor" "$stage/"
 # Without debug information: the binaries are static, and the debug sections triple their size.
 put() {  # put SRC DEST STRIP
   install -m 755 "$1" "$2"
