@@ -86,6 +86,10 @@ echo "== packing with $moat"
 scripts/pack.sh "$build" "$build/../build-arm64" >/dev/null
 mkdir -p "$lane/packed" && tar xzf "$build"/pi-pack/moat-pi-*.tgz -C "$lane/packed"
 [ -x "$lane/packed/package/bin/linux-x64/moat" ] || { echo "pi lane: the tarball carries no moat" >&2; exit 1; }
+# The ARM64 moat is required in the tarball whenever its cross build exists.
+require_arm64=0; [ -x "$build/../build-arm64/bin/moat" ] && require_arm64=1
+step "the packed binaries (x86-64, ARM64 under qemu-user) and the AppArmor profile" \
+  env PACKED="$lane/packed/package" REQUIRE_ARM64=$require_arm64 "$node" --test test/packed.test.ts
 
 step "e2e: pi 0.73.1, real moat, installed from the source directory" \
   env PI_CLI="$sdk073/dist/cli.js" PI_NODE="$node" MOAT_BIN="$moat" E2E_ROOT="$e2e_root" \

@@ -32,14 +32,32 @@ export class MoatNotRunError extends Error {
 	}
 }
 
-/** Where the moat binary is: $MOAT_BIN, then the one packed into this package, then $PATH. */
-export function locateMoat(env: NodeJS.ProcessEnv = process.env): string | undefined {
+/** The directory of the packed binaries for a Node architecture (`process.arch`), under the
+ * package: bin/linux-x64 or bin/linux-arm64. Undefined for an architecture moat is not built
+ * for: never another architecture's binary. */
+export function packedMoatDir(arch: string): string | undefined {
+	if (arch === "x64") return join("bin", "linux-x64");
+	if (arch === "arm64") return join("bin", "linux-arm64");
+	return undefined;
+}
+
+const PACKAGE_ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
+
+/** Where the moat binary is: $MOAT_BIN, then the one packed into this package for this machine's
+ * architecture, then $PATH. `arch` and `packageRoot` are this process's and this package's
+ * (parameters for the tests). */
+export function locateMoat(
+	env: NodeJS.ProcessEnv = process.env,
+	arch: string = process.arch,
+	packageRoot: string = PACKAGE_ROOT,
+): string | undefined {
 	const explicit = env.MOAT_BIN;
 	if (explicit) return explicit;
-	const here = dirname(fileURLToPath(import.meta.url));
-	const arch = process.arch === "arm64" ? "arm64" : process.arch === "x64" ? "x64" : process.arch;
-	const packed = join(here, "..", "bin", `linux-${arch}`, "moat");
-	if (existsSync(packed)) return packed;
+	const dir = packedMoatDir(arch);
+	if (dir) {
+		const packed = join(packageRoot, dir, "moat");
+		if (existsSync(packed)) return packed;
+	}
 	for (const dir of (env.PATH ?? "").split(":")) {
 		if (!dir) continue;
 		const candidate = join(dir, "moat");

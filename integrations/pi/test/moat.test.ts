@@ -2,12 +2,20 @@
 // how its exit statuses are read, and that an abort leaves nothing running.
 
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { MoatNotRunError, moatEnvironment, moatRunArgs, runMoat, setupFailure, type MoatConfig } from "../src/moat.ts";
+import {
+	locateMoat,
+	MoatNotRunError,
+	moatEnvironment,
+	moatRunArgs,
+	runMoat,
+	setupFailure,
+	type MoatConfig,
+} from "../src/moat.ts";
 
 const STUB = join(dirname(fileURLToPath(import.meta.url)), "stub-moat");
 
@@ -131,4 +139,26 @@ for (const mode of ["hang", "ignore-term"]) {
 test("a missing binary is a did-not-run error, never a fallback", async () => {
 	const config: MoatConfig = { binary: "/nonexistent/moat", userPolicies: [] };
 	await assert.rejects(runMoat(config, { cwd: "/", argv: ["true"] }), MoatNotRunError);
+});
+
+// The packed binary is chosen by the machine's architecture: x64 and arm64 each get their own,
+// any other architecture none of them (then $PATH), and $MOAT_BIN wins over both.
+test("locateMoat picks the packed binary of the machine's architecture", () => {
+	const root = mkdtempSync(join(tmpdir(), "moat-pi-arch-"));
+	for (const arch of ["linux-x64", "linux-arm64"]) {
+		mkdirSync(join(root, "bin", arch), { recursive: true });
+		writeFileSync(join(root, "bin", arch, "moat"), "#!/bin/sh\n", { mode: 0o755 });
+	}
+	const noPath = { PATH: "" };
+	assert.equal(locateMoat(noPath, "x64", root), join(root, "bin", "linux-x64", "moat"));
+	assert.equal(locateMoat(noPath, "arm64", root), join(root, "bin", "linux-arm64", "moat"));
+	assert.equal(locateMoat(noPath, "riscv64", root), undefined);
+	assert.equal(locateMoat(noPath, "ia32", root), undefined);
+	assert.equal(locateMoat({ ...noPath, MOAT_BIN: "/opt/m" }, "arm64", root), "/opt/m");
+	// A package packed without the ARM64 build: an arm64 machine never gets the x86-64 binary.
+	rmSync(join(root, "bin", "linux-arm64"), { recursive: true });
+	assert.equal(locateMoat(noPath, "arm64", root), undefined);
+	const onPath = mkdtempSync(join(tmpdir(), "moat-pi-path-"));
+	writeFileSync(join(onPath, "moat"), "#!/bin/sh\n", { mode: 0o755 });
+	assert.equal(locateMoat({ PATH: onPath }, "arm64", root), join(onPath, "moat"));
 });
