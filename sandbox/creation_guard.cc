@@ -587,32 +587,36 @@ void CreationGuard::Serve() {
 // setup's error, then 'V' + a refusal's detail per refused creation. The supervisor sends it
 // each request, as the raw SeccompRequest, and shuts its end when the sandbox is over.
 
-void CreationGuard::ServeProcess(int sock, int pidfd) {
+void CreationGuard::ServeProcess(int sock) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   auto report = [&](char kind, absl::string_view text) {
     std::string message(1, kind);
     message.append(text.data(), std::min<size_t>(text.size(), 4000));
     ::send(sock, message.data(), message.size(), MSG_NOSIGNAL);
   };
-  // One thread (fork made it so), so the kernel lets it join a user namespace; the user owns
-  // the sandbox's, so it may. There it holds the capabilities the thread guard needs on the
-  // host (CAP_SYS_CHROOT, CAP_SYS_PTRACE over the sandbox, CAP_SETUID/SETGID for its ids) and
-  // nothing over anything else.
-  if (::setns(pidfd, CLONE_NEWUSER) != 0) {
-    report('E', ErrnoStatus("creation guard: join the sandbox's user namespace (setns)").message());
-    ::_exit(0);
-  }
-  ::close(pidfd);
-  // The sandbox's init is not dumpable and has not exec'd (its memory still belongs to the
-  // host's user namespace), so only host root may open its root. The callers have exec'd: the
-  // guard enters the root of the first (which it can, as their user, or in their namespace),
-  // and then serves only callers with that same root.
   UniqueFd proc_fd(::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)), root_fd;
   if (!proc_fd) {
     report('E', ErrnoStatus("creation guard: open /proc").message());
     ::_exit(0);
   }
   report('R', "");
+  // The sandbox's init is not dumpable and has not exec'd (its memory still belongs to the
+  // host's user namespace), so only host root may reach its namespaces or its root, by /proc or
+  // by pidfd. The callers have exec'd: at the first, the guard joins its user namespace (one
+  // thread, as fork left it, so the kernel lets it; the user owns that namespace, so it may),
+  // where it holds what the thread guard holds on the host (CAP_SYS_CHROOT, CAP_SYS_PTRACE over
+  // the sandbox, CAP_SETUID/SETGID for the callers' ids) and nothing over anything else; enters
+  // the caller's root; and then serves only callers with that same root.
+  auto enter = [&](pid_t pid) -> absl::Status {
+    UniqueFd userns(
+        ::openat(proc_fd.get(), absl::StrCat(pid, "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
+    if (!userns) return ErrnoStatus("creation guard: open the sandbox's user namespace");
+    if (::setns(userns.get(), CLONE_NEWUSER) != 0) {
+      return ErrnoStatus("creation guard: join the sandbox's user namespace (setns)");
+    }
+    return SetUp(pid, &proc_fd, &root_fd);
+  };
+  bool failed = false;
   struct stat root_st = {};
   Caller current;
   current.fsuid = static_cast<uid_t>(-1);
@@ -627,16 +631,19 @@ void CreationGuard::ServeProcess(int sock, int pidfd) {
     if (n != static_cast<ssize_t>(sizeof(request)) || !calls_.contains(request.data.nr)) {
       continue;
     }
-    if (!root_fd) {
-      absl::Status entered = SetUp(request.pid, &proc_fd, &root_fd);
-      if (!entered.ok() || ::fstat(root_fd.get(), &root_st) != 0) {
-        // Nothing is made by anyone else: the call fails, and so will every later one.
-        AnswerSeccompRequest(options_.listener.get(), request.id, EPERM).IgnoreError();
-        report('F', entered.message());
-        root_fd.reset();
-        continue;
+    if (!root_fd && !failed) {
+      absl::Status entered = enter(request.pid);
+      if (entered.ok() && ::fstat(root_fd.get(), &root_st) != 0) {
+        entered = ErrnoStatus("creation guard: stat the sandbox's root");
       }
-    } else if (!SameRoot(proc_fd.get(), request.pid, root_st)) {
+      if (!entered.ok()) {
+        // Nothing is made by anyone else: this call fails, and so does every later one.
+        failed = true;
+        root_fd.reset();
+        report('F', entered.message());
+      }
+    }
+    if (failed || !SameRoot(proc_fd.get(), request.pid, root_st)) {
       AnswerSeccompRequest(options_.listener.get(), request.id, EPERM).IgnoreError();
       continue;
     }
@@ -649,9 +656,6 @@ void CreationGuard::ServeProcess(int sock, int pidfd) {
 }
 
 absl::Status CreationGuard::StartProcess() {
-  if (options_.sandbox_pidfd < 0) {
-    return absl::InvalidArgumentError("creation guard: no pidfd of the sandbox to join");
-  }
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
     return ErrnoStatus("creation guard: socketpair");
@@ -666,11 +670,11 @@ absl::Status CreationGuard::StartProcess() {
     ours.reset();
     // Nothing of the supervisor's but what the guard uses: not the sandbox's pipes or the
     // egress listeners.
-    int keep[] = {options_.listener.get(), theirs.get(), options_.sandbox_pidfd};
+    int keep[] = {options_.listener.get(), theirs.get()};
     for (int fd = 3; fd < 1024; ++fd) {
       if (std::find(std::begin(keep), std::end(keep), fd) == std::end(keep)) ::close(fd);
     }
-    ServeProcess(theirs.get(), options_.sandbox_pidfd);
+    ServeProcess(theirs.get());
   }
   theirs.reset();
   process_ = pid;

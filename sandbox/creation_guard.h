@@ -71,12 +71,11 @@ class CreationGuard {
     Arch arch = NativeArch();
     // Rootless (the supervisor is an ordinary user): the guard is a process that joins the
     // sandbox's user namespace, where the user holds the capabilities the guard needs
-    // (chroot, reading the caller, its ids), instead of a thread with the host's.
+    // (chroot, reading the caller, its ids), instead of a thread with the host's. It joins at
+    // the first creating call, through that caller (the sandbox's init is not dumpable, so the
+    // user cannot reach its namespaces), and serves only callers with that caller's root; if
+    // it cannot, every creating call fails (EPERM) and Stop() reports why.
     bool join_user_namespace = false;
-    // join_user_namespace: a pidfd of the sandbox's init (borrowed until Start returns), the
-    // way into its user namespace: an ordinary user may not open /proc/<init>/ns/user (init is
-    // not dumpable), but may setns through the pidfd of its own child.
-    int sandbox_pidfd = -1;
   };
 
   // What the guard knows of a calling thread (creation_guard.cc).
@@ -113,7 +112,7 @@ class CreationGuard {
   void Serve();
   // join_user_namespace: the guard process (fork), its loop, and its end.
   absl::Status StartProcess();
-  [[noreturn]] void ServeProcess(int sock, int pidfd);
+  [[noreturn]] void ServeProcess(int sock);
   std::vector<Violation> StopProcess();
 
   Options options_;

@@ -81,7 +81,6 @@ absl::StatusOr<std::unique_ptr<CreationGuard>> StartGuard(const SeccompProgram& 
   // An ordinary user's supervisor has no CAP_SYS_CHROOT on the host: a guard process in the
   // sandbox's user namespace instead of a thread (creation_guard.h).
   guard_options.join_user_namespace = rootless;
-  guard_options.sandbox_pidfd = proc.pidfd.get();
   absl::StatusOr<std::unique_ptr<CreationGuard>> started =
       CreationGuard::Start(std::move(guard_options));
   if (started.ok()) return started;
