@@ -28,7 +28,7 @@ check() {
   if [ "$rc" = "$want_rc" ] && printf '%s' "$out" | grep -qF -- "$want"; then
     echo "rootless $name ok ($(( $(date +%s) - s ))s)"; p=1; f=0
   else
-    echo "rootless $name FAIL: exit $rc (want $want_rc), want \"$want\" in:"; printf '%s\n' "$out" | tail -8; p=0; f=1
+    echo "rootless $name FAIL: exit $rc (want $want_rc), want \"$want\" in:"; printf '%s\n' "$out" | tail -"${TAIL:-8}"; p=0; f=1
   fi
   echo "rootless-$name rc=$(( f )) secs=$(( $(date +%s) - s )) passed=$p failed=$f skipped=0" >> "$OUT/summary.txt"
 }
@@ -55,7 +55,7 @@ check project-in-home 0 "landed" as_user $scope "$MOAT" run --cwd /home/moatuser
   --policy /home/moatuser/proj-policy.yaml -- \
   sh -c 'mkdir -p .pi/extensions; echo evil > .pi/extensions/evil.ts; echo evil > .envrc; mkdir .git/hooks; echo x > .git/config; echo work > main.py && echo landed'
 check nothing-planted 0 "clean work" sh -c 'cd /home/moatuser/proj && for f in .pi .envrc .git/hooks .git/config; do [ -e "$f" ] && echo "PRESENT $f"; done; echo "clean $(cat main.py)"'
-check nothing-planted-really 1 "" sh -c 'cd /home/moatuser/proj && ls -A . .git | grep -E "^(\.pi|\.envrc|hooks|config)$"'
+check nothing-planted-really 0 "matches: 1" sh -c 'cd /home/moatuser/proj && ls -A . .git | grep -E "^(\.pi|\.envrc|hooks|config)$"; echo "matches: $?"'
 # The e2e attack cases of the project's configuration (e2e/run/project_config_test.cc), as the
 # user in a delegated scope: the same tests that pass as root.
 # The test binary moves to a child cgroup of the scope, so that the scope can hand its
@@ -67,6 +67,6 @@ mkdir "$cg/tests" "$cg/sandboxes" && echo $$ > "$cg/tests/cgroup.procs" &&
   echo "+cpu +memory +pids" > "$cg/cgroup.subtree_control" || exit 125
 MOAT_CGROUP_PARENT=${cg#/sys/fs/cgroup}/sandboxes exec "$@"
 SH
-LIMIT=1200 check e2e-project-config 0 "PASSED" as_user env MOAT_E2E_ROOTLESS=1 MOAT_E2E_SCRATCH=/srv/e2e-user \
+LIMIT=1200 TAIL=60 check e2e-project-config 0 "PASSED" as_user env MOAT_E2E_ROOTLESS=1 MOAT_E2E_SCRATCH=/srv/e2e-user \
   MOAT_E2E_TIME_SCALE=4 MOAT_BIN="$MOAT" $scope sh /srv/e2e-user/in-subcgroup.sh \
   "$B/tests/e2e_project_config_test" --gtest_brief=1
