@@ -199,7 +199,14 @@ TEST_F(HaE2eTest, PendingSandboxesSurviveALeaderKillAndArePlacedOnceByTheNext) {
   std::vector<std::thread> clients;
   for (int c = 0; c < 3; ++c) {
     clients.emplace_back([&] {
-      auto [status, sb] = fleet_->CallReplica(f1, "POST", "/v1/sandboxes", kCreate);
+      // 503 while the follower has yet to learn who leads (it asks etcd once a second).
+      std::pair<int, nlohmann::json> r;
+      for (int attempt = 0; attempt < 20; ++attempt) {
+        r = fleet_->CallReplica(f1, "POST", "/v1/sandboxes", kCreate);
+        if (r.first != 503) break;
+        absl::SleepFor(absl::Milliseconds(500));
+      }
+      auto& [status, sb] = r;
       if (status == 202 && sb["status"]["state"] == "Pending") {
         std::lock_guard lock(mu);
         pending.insert(sb["id"].get<std::string>());
