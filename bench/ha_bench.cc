@@ -6,6 +6,7 @@
 // them); run as root (the agents make real sandboxes), with Debian's etcd installed.
 //
 //   ha_bench [--clients 4] [--seconds 10] [--failovers 3]
+// HA_BENCH_LOGS=1 also prints the end of each replica's log after the etcd run.
 #include <signal.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "bench/latency_stats.h"
 #include "controller/testing/etcd_cluster.h"
@@ -50,6 +52,7 @@ double CreatesPerSecond(const char* what, const Flags& f, const Call& call) {
   std::mutex mu;
   std::vector<absl::Duration> latencies;
   std::atomic<int> failed{0};
+  std::string first_failure;
   const absl::Time start = absl::Now(), end = start + absl::Seconds(f.seconds);
   std::vector<std::thread> clients;
   for (int c = 0; c < f.clients; ++c) {
@@ -60,6 +63,10 @@ double CreatesPerSecond(const char* what, const Flags& f, const Call& call) {
         absl::Duration took = absl::Now() - t0;
         if (status != 202 || !sb.is_object() || sb["status"]["state"] != "Running") {
           ++failed;
+          std::lock_guard lock(mu);
+          if (first_failure.empty()) {
+            first_failure = absl::StrCat("client ", c, ": ", status, " ", sb.dump());
+          }
           continue;
         }
         {
@@ -79,6 +86,7 @@ double CreatesPerSecond(const char* what, const Flags& f, const Call& call) {
       what, latencies.size(), seconds, rate,
       latencies.empty() ? 0 : Ms(moat::bench::NearestRankPercentile(latencies, 50)),
       latencies.empty() ? 0 : Ms(moat::bench::NearestRankPercentile(latencies, 99)), failed.load());
+  if (!first_failure.empty()) std::printf("  the first failure: %s\n", first_failure.c_str());
   return rate;
 }
 
@@ -135,6 +143,13 @@ double Etcd(const Flags& f) {
                        [&](int c, const std::string& m, const std::string& p,
                            const std::string& b) { return fleet.CallReplica(c % 3, m, p, b); });
 
+  if (std::getenv("HA_BENCH_LOGS") != nullptr) {
+    for (int i = 0; i < 3; ++i) {
+      std::string log = fleet.replica(i).Log();
+      std::printf("--- replica %d (leader %d):\n%s\n", i, Leader(fleet, alive) == i,
+                  log.substr(log.size() > 3000 ? log.size() - 3000 : 0).c_str());
+    }
+  }
   // Failover: SIGKILL of the leader, then creates through the other replicas until one is
   // Running; the killed replica is started again at once (as a supervisor would), so the
   // agents, which reach the fleet through replica 0, are never cut off for long.
