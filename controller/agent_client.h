@@ -60,6 +60,10 @@ inline constexpr size_t kMaxCommandOutput = 1 << 20;  // moat run --json's cap.
 // The metadata key under which the controller's sandbox id travels to the agent: after a
 // controller crash, what an agent runs is matched to the store by it (reconcile).
 inline constexpr char kControllerIdKey[] = "moat.controller/id";
+// And which placement attempt made it: a Pending sandbox's copy from an attempt that is not the
+// one in flight (a leader that died between the agent's create and the store's write) is an
+// orphan, so a sandbox placed again after a failover runs once.
+inline constexpr char kAttemptKey[] = "moat.controller/attempt";
 
 class AgentClient {
  public:

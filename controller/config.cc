@@ -141,8 +141,9 @@ absl::Status ParseApi(const YamlReader& r, const YAML::Node& api, ControllerConf
 }
 
 absl::Status ParsePrecheck(const YamlReader& r, const YAML::Node& n, ControllerConfig* c) {
-  RETURN_IF_ERROR(
-      r.CheckMap(n, "precheck", {"enabled", "medium_policy", "approval_timeout", "max_pending"}));
+  RETURN_IF_ERROR(r.CheckMap(n, "precheck",
+                             {"enabled", "medium_policy", "approval_timeout", "max_pending",
+                              "audit_max_age", "audit_max_records"}));
   if (n["enabled"]) {
     ASSIGN_OR_RETURN(std::string on, r.String(n["enabled"], "precheck.enabled"));
     if (on != "true" && on != "false") {
@@ -162,6 +163,15 @@ absl::Status ParsePrecheck(const YamlReader& r, const YAML::Node& n, ControllerC
   if (n["max_pending"]) {
     ASSIGN_OR_RETURN(c->precheck.max_pending,
                      r.Int(n["max_pending"], "precheck.max_pending", 1, 1000));
+  }
+  if (n["audit_max_age"]) {
+    ASSIGN_OR_RETURN(c->precheck.audit_max_age,
+                     r.Duration(n["audit_max_age"], "precheck.audit_max_age", absl::Minutes(1),
+                                absl::Hours(24 * 3660)));
+  }
+  if (n["audit_max_records"]) {
+    ASSIGN_OR_RETURN(c->precheck.audit_max_records,
+                     r.Int(n["audit_max_records"], "precheck.audit_max_records", 1, 10'000'000));
   }
   return absl::OkStatus();
 }

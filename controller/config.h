@@ -68,6 +68,9 @@ struct PrecheckConfig {
   std::string medium_policy = "strict";                // The policy medium-risk code runs under.
   absl::Duration approval_timeout = absl::Minutes(5);  // Undecided high risk is then rejected.
   int max_pending = 8;  // Commands one tenant may have waiting for approval at once.
+  // The audit trail keeps at most this many records (the newest), none older than this.
+  absl::Duration audit_max_age = absl::Hours(24 * 30);
+  int64_t audit_max_records = 10000;
 };
 
 struct ControllerConfig {

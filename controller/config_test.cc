@@ -152,5 +152,19 @@ TEST(ControllerConfigTest, AdminPrecheckAndLanguages) {
   EXPECT_THAT(ErrorOf("languages: {python: {wal: 1s}}\n"), HasSubstr("wal"));
 }
 
+TEST(ControllerConfigTest, AuditRetention) {
+  auto defaults = ParseConfig("", "c.yaml");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->precheck.audit_max_age, absl::Hours(24 * 30));
+  EXPECT_EQ(defaults->precheck.audit_max_records, 10000);
+  auto c = ParseConfig("precheck: {audit_max_age: 168h, audit_max_records: 500}\n", "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->precheck.audit_max_age, absl::Hours(168));
+  EXPECT_EQ(c->precheck.audit_max_records, 500);
+  EXPECT_THAT(ErrorOf("precheck: {audit_max_records: 0}\n"),
+              HasSubstr("precheck.audit_max_records"));
+  EXPECT_THAT(ErrorOf("precheck: {audit_max_age: 1s}\n"), HasSubstr("precheck.audit_max_age"));
+}
+
 }  // namespace
 }  // namespace moat::controller

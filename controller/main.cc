@@ -176,6 +176,15 @@ int Run(int argc, char** argv) {
     LogError(absl::StrCat("loading the store: ", loaded.message()));
     return 1;
   }
+  // Held high-risk commands and the audit trail (stored: a restart or failover keeps them).
+  precheck::ApprovalQueue approvals(
+      store.get(), &clock, config->precheck.approval_timeout, config->precheck.max_pending,
+      {.max_age = config->precheck.audit_max_age,
+       .max_records = static_cast<size_t>(config->precheck.audit_max_records)});
+  if (absl::Status loaded = approvals.Load(); !loaded.ok()) {
+    LogError(absl::StrCat("loading the held approvals from the store: ", loaded.message()));
+    return 1;
+  }
   // Placement, node leases and expiry run only on the leader. A follower refreshes its copy of
   // the sandboxes from the store each tick; `refreshed` is when it last could.
   std::atomic<bool> leading{elector == nullptr};
@@ -193,6 +202,10 @@ int Run(int argc, char** argv) {
         // What the previous leader acknowledged, before this one acts on it.
         if (absl::Status st = sandboxes.Reload(); !st.ok()) {
           LogWarning(absl::StrCat("the new leader could not reload the store: ", st.message()));
+        }
+        if (absl::Status st = approvals.Load(); !st.ok()) {
+          LogWarning(
+              absl::StrCat("the new leader could not load the held approvals: ", st.message()));
         }
       }
       leading = leader;
@@ -220,8 +233,6 @@ int Run(int argc, char** argv) {
   TenantMetrics tenant_metrics(metrics.registry());
   TenantRegistry tenants(store.get(), &clock);
   CreateRateLimiter create_rate(&clock);
-  precheck::ApprovalQueue approvals(store.get(), &clock, config->precheck.approval_timeout,
-                                    config->precheck.max_pending);
   PrecheckGate gate(&config->precheck, &approvals, &tenant_metrics);
   std::unique_ptr<AdminApi> admin;
   if (!config->admin_key_file.empty()) {
@@ -310,6 +321,7 @@ int Run(int argc, char** argv) {
       sandboxes.NodeLost(lost);
     }
     sandboxes.Tick();
+    approvals.Tick();
     tenant_metrics.SetUsage(sandboxes.UsageByTenant());
     tenant_metrics.SetApprovals(approvals.Counts());
   }

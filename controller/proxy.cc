@@ -2,15 +2,12 @@
 
 #include <httplib.h>
 
-#include <condition_variable>
-#include <deque>
-#include <future>
-#include <mutex>
 #include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "controller/leader/stream_pipe.h"
 #include "controller/lifecycle_json.h"
 #include "util/http/reply.h"
 
@@ -35,69 +32,6 @@ bool DropResponseHeader(absl::string_view name) {
 }
 
 using http::SendError;
-
-// Chunks from the agent's response to the client's, with back-pressure: the agent side waits
-// while kMaxBuffered bytes are queued, so a slow client slows the agent instead of growing
-// the controller.
-class Pipe {
- public:
-  static constexpr size_t kMaxBuffered = 1 << 20;
-
-  bool Push(const char* data, size_t n) {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return buffered_ < kMaxBuffered || cancelled_; });
-    if (cancelled_) return false;
-    chunks_.emplace_back(data, n);
-    buffered_ += n;
-    cv_.notify_all();
-    return true;
-  }
-  void Close() {
-    std::lock_guard lock(mu_);
-    closed_ = true;
-    cv_.notify_all();
-  }
-  void Cancel() {
-    std::lock_guard lock(mu_);
-    cancelled_ = true;
-    cv_.notify_all();
-  }
-  // The next chunk; false once the agent's response ended and everything was taken.
-  bool Pop(std::string* chunk) {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return !chunks_.empty() || closed_; });
-    if (chunks_.empty()) return false;
-    *chunk = std::move(chunks_.front());
-    chunks_.pop_front();
-    buffered_ -= chunk->size();
-    cv_.notify_all();
-    return true;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::string> chunks_;
-  size_t buffered_ = 0;
-  bool closed_ = false, cancelled_ = false;
-};
-
-struct Upstream {
-  Pipe pipe;
-  std::promise<httplib::Response> head;  // Status and headers, once they arrived.
-  bool head_set = false;
-  std::thread thread;
-
-  ~Upstream() {
-    // The thread holds a reference too: if it drops the last one, it cannot join itself.
-    if (!thread.joinable()) return;
-    if (thread.get_id() == std::this_thread::get_id()) {
-      thread.detach();
-    } else {
-      thread.join();
-    }
-  }
-};
 
 // httplib parses a multipart body into req.files and keeps no raw body: the parts are written
 // out again, in their order, under a fresh boundary.
@@ -138,7 +72,7 @@ void ProxyToSandbox(const httplib::Request& req, httplib::Response& res, const S
                      absl::StrCat("moat proxies port ", kExecdPort, " (execd) and ", kEgressPort,
                                   " (egress policy) only"));
   }
-  auto up = std::make_shared<Upstream>();
+  auto up = std::make_shared<RelayUpstream>();
   httplib::Request out;
   out.method = req.method;
   out.path = absl::StrCat("/v1/sandboxes/", sandbox.agent_id, "/execd", rest);

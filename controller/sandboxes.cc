@@ -162,8 +162,10 @@ void SandboxManager::SetPendingReason(const std::string& id, const std::string& 
   it->second.message = message;
 }
 
-AgentCreate SandboxManager::AgentRequest(const Sandbox& s, const std::string& node) const {
-  AgentCreate create{s.profile, s.env, {{kControllerIdKey, s.id}}, AgentTtl(s.expires_at)};
+AgentCreate SandboxManager::AgentRequest(const Sandbox& s, const std::string& node,
+                                         const std::string& attempt) const {
+  AgentCreate create{
+      s.profile, s.env, {{kControllerIdKey, s.id}, {kAttemptKey, attempt}}, AgentTtl(s.expires_at)};
   // Limits only when tighter than the profile's: the agent refuses looser ones (a profile is
   // the most its sandboxes get), and a request at the profile's limits keeps the warm pool.
   scheduler::Resources profile;
@@ -198,10 +200,11 @@ absl::Status SandboxManager::Place(Sandbox& s, absl::Time deadline, bool& warm) 
   int attempts = 0;
   absl::Status last_agent_error;
   while (true) {
-    uint64_t seed;
+    uint64_t seed, attempt;
     {
       absl::MutexLock lock(&mu_);
       seed = rng_();
+      attempt = rng_();
     }
     scheduler::SnapshotPtr snapshot = nodes_->Snapshot();
     absl::StatusOr<scheduler::Decision> decision = scheduler_->Schedule(*snapshot, request, seed);
@@ -219,7 +222,13 @@ absl::Status SandboxManager::Place(Sandbox& s, absl::Time deadline, bool& warm) 
     absl::StatusOr<AgentEndpoint> endpoint = nodes_->Endpoint(decision->node);
     absl::StatusOr<AgentSandbox> created = absl::UnavailableError("no endpoint");
     if (endpoint.ok()) {
-      created = agents_->Create(*endpoint, AgentRequest(s, decision->node));
+      std::string tag = absl::StrCat(absl::Hex(attempt, absl::kZeroPad16));
+      {
+        // Before the agent has it: a Reconcile that sees this copy keeps it.
+        absl::MutexLock lock(&mu_);
+        attempts_[s.id] = tag;
+      }
+      created = agents_->Create(*endpoint, AgentRequest(s, decision->node, tag));
     } else {
       created = endpoint.status();
     }
@@ -293,6 +302,7 @@ absl::StatusOr<Sandbox> SandboxManager::Settle(Sandbox s, absl::Status placed, a
   }
   absl::MutexLock lock(&mu_);
   placing_.erase(s.id);
+  attempts_.erase(s.id);
   if (!placed.ok()) {
     sandboxes_.erase(s.id);
     return placed;
@@ -382,9 +392,19 @@ std::vector<Sandbox> SandboxManager::List(const std::string& tenant) const {
 absl::Status SandboxManager::Delete(const std::string& tenant, const std::string& id) {
   ASSIGN_OR_RETURN(Sandbox s, Get(tenant, id));
   if (s.state == "Pending") {
-    return absl::FailedPreconditionError(
-        "the sandbox is still being placed; delete it once "
-        "its create has answered");
+    {
+      absl::MutexLock lock(&mu_);
+      if (placing_.contains(id)) {
+        return absl::FailedPreconditionError(
+            "the sandbox is being placed on a node right now; delete it again in a second");
+      }
+      placing_.insert(id);  // The placer leaves it alone while it is forgotten.
+    }
+    absl::Status forgotten = Forget(id);
+    absl::MutexLock lock(&mu_);
+    placing_.erase(id);
+    if (forgotten.ok()) sandboxes_.erase(id);
+    return forgotten;
   }
   if (OnNode(s) && !s.node.empty()) {
     absl::StatusOr<AgentEndpoint> endpoint = nodes_->Endpoint(s.node);
@@ -488,10 +508,20 @@ absl::Status SandboxManager::Reconcile(const std::string& node) {
       auto id = a.metadata.find(kControllerIdKey);
       if (id == a.metadata.end()) continue;  // Not made by a controller: not ours to judge.
       auto it = sandboxes_.find(id->second);
-      // A Pending sandbox may be in its agent create right now: not an orphan. A Failed one
-      // (its node lost or drained) has ended for its owner: what still runs of it is.
-      if (it == sandboxes_.end() ||
-          (it->second.state != "Pending" && (it->second.agent_id != a.id || !OnNode(it->second)))) {
+      // A Pending sandbox's copy from the agent create in flight here is not an orphan; one
+      // from any other attempt is (a leader that died before storing it Running, or this
+      // controller's failed attempt). A Failed one (its node lost or drained) has ended for its
+      // owner: what still runs of it is.
+      bool orphan = it == sandboxes_.end();
+      if (!orphan && it->second.state == "Pending") {
+        auto tag = a.metadata.find(kAttemptKey);
+        auto attempt = attempts_.find(id->second);
+        orphan =
+            tag == a.metadata.end() || attempt == attempts_.end() || attempt->second != tag->second;
+      } else if (!orphan) {
+        orphan = it->second.agent_id != a.id || !OnNode(it->second);
+      }
+      if (orphan) {
         orphans.push_back(a.id);
       } else {
         on_agent.insert(a.id);

@@ -10,9 +10,14 @@
 //                                              └──(its node drained)──▶ Failed (NODE_DRAINED)
 //
 // Durable writes (issue 12: at most two per lifecycle on the hot path): one when a sandbox is
-// Running (the create is acknowledged only after it), one when it is deleted. Pending sandboxes
-// live in memory: a create the controller never acknowledged may vanish with a crash, and
-// whatever an agent runs for it is deleted by the reconciler (Reconcile).
+// Running (the create is acknowledged only after it), one when it is deleted. A create that no
+// node takes within create_timeout is answered Pending, and stored first (a third write, off the
+// hot path): it survives a restart or a failover and the placer of whichever controller leads
+// places it. Until its create answers, a sandbox lives in memory only: a create the controller
+// never acknowledged may vanish with a crash, and whatever an agent runs for it is deleted by
+// the reconciler (Reconcile). Each agent create carries its attempt (kAttemptKey): a Pending
+// sandbox's copy from an attempt that is not in flight here is an orphan, so a sandbox whose
+// placement a dead leader had started runs once.
 //
 // Locking: mu_ guards the in-memory table; agent calls and store commits run without it.
 #pragma once
@@ -125,6 +130,8 @@ class SandboxManager {
   // The sandbox whose per-sandbox token is `token` (the proxy's other credential); NotFound
   // for a wrong token as for an unknown id.
   absl::StatusOr<Sandbox> GetForToken(const std::string& id, absl::string_view token) const;
+  // A Pending sandbox no placement is working on is forgotten (FailedPrecondition while one is:
+  // retry).
   absl::Status Delete(const std::string& tenant, const std::string& id);
   // FailedPrecondition for a sandbox without expiry (OpenSandbox answers 409), InvalidArgument
   // for a time not in the future.
@@ -174,7 +181,8 @@ class SandboxManager {
   absl::Duration AgentTtl(absl::Time expires_at) const;
   absl::StatusOr<Sandbox> Freeze(const std::string& tenant, const std::string& id, bool pause);
   // The agent's create for `s` on `node` (limits tighter than the node's profile, the policy).
-  AgentCreate AgentRequest(const Sandbox& s, const std::string& node) const;
+  AgentCreate AgentRequest(const Sandbox& s, const std::string& node,
+                           const std::string& attempt) const;
   // Ends the sandboxes of a drained node (NODE_DRAINED); their ids.
   std::vector<std::string> EndDrained(const std::string& node);
 
@@ -189,6 +197,8 @@ class SandboxManager {
   mutable absl::Mutex mu_;
   std::map<std::string, Sandbox> sandboxes_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> placing_ ABSL_GUARDED_BY(mu_);  // Ids a Place() is working on.
+  // Id -> the attempt of the agent create in flight for it (kAttemptKey).
+  std::map<std::string, std::string> attempts_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, absl::Time> drain_deadlines_ ABSL_GUARDED_BY(mu_);  // Node -> when.
   std::thread placer_;
   absl::Notification stop_placer_;

@@ -119,6 +119,68 @@ TEST_F(SandboxManagerTest, UnplaceableSandboxesStayPendingWithAReasonAndArePlace
   EXPECT_EQ(m->Get("acme", "d")->state, "Running");
 }
 
+// The controller that answered Pending is gone (a restart, a failover): the next one loads the
+// sandbox from the store and places it once capacity appears; a delete forgets it.
+TEST_F(SandboxManagerTest, APendingSandboxSurvivesTheControllerAndIsPlacedByTheNext) {
+  scheduler::Resources huge{1, 3 * kGiB, 0};
+  {
+    auto first = Manager();
+    for (const char* id : {"a", "b", "c", "d", "e"})
+      ASSERT_TRUE(first->Create(Spec(id, huge)).ok());
+    ASSERT_EQ(first->Get("acme", "d")->state, "Pending");
+  }
+  auto next = Manager();
+  ASSERT_TRUE(next->Load().ok());
+  EXPECT_EQ(next->Pending(), 2);
+  EXPECT_EQ(next->Get("acme", "d")->reason, "UNSCHEDULABLE");
+  // A Pending sandbox nobody is placing can be deleted (its create answered long ago).
+  ASSERT_TRUE(next->Delete("acme", "e").ok());
+  EXPECT_FALSE(store_.Get("sandboxes/e")->has_value());
+  ASSERT_TRUE(next->Delete("acme", "a").ok());
+  next->RetryPending();
+  auto d = next->Get("acme", "d");
+  ASSERT_EQ(d->state, "Running");
+  EXPECT_EQ(DecodeSandbox((*store_.Get("sandboxes/d"))->value)->state, "Running");
+  int runs = 0;
+  for (const char* node : {"n1", "n2", "n3"})
+    runs += agents_.Running(absl::StrCat("http://", node));
+  EXPECT_EQ(runs, 3);  // b, c and d: e never ran.
+}
+
+// A leader placed a stored Pending sandbox on an agent and died before storing it Running. The
+// next leader places it again: the dead leader's copy (another attempt) is an orphan, so the
+// sandbox runs once; the copy of the attempt in flight is kept.
+TEST_F(SandboxManagerTest, APlacementADeadLeaderStartedDoesNotRunTwice) {
+  scheduler::Resources huge{1, 3 * kGiB, 0};
+  auto m = Manager();
+  for (const char* id : {"a", "b", "c", "d"}) ASSERT_TRUE(m->Create(Spec(id, huge)).ok());
+  ASSERT_EQ(m->Get("acme", "d")->state, "Pending");
+  ASSERT_TRUE(m->Delete("acme", "a").ok());
+  std::string free_node;
+  for (const char* n : {"n1", "n2", "n3"}) {
+    if (agents_.Running(absl::StrCat("http://", n)) == 0) free_node = n;
+  }
+  ASSERT_FALSE(free_node.empty());
+  const std::string url = "http://" + free_node;
+  agents_.AddOrphan(url, "d", "attempt-of-the-dead-leader");
+  agents_.AddOrphan(url, "d");  // From a controller before attempts were tagged.
+  ASSERT_TRUE(m->Reconcile(free_node).ok());
+  EXPECT_EQ(agents_.Running(url), 0) << "a Pending sandbox's copy from another attempt stayed";
+  // Reconciled while this controller's own create is on the agent but not answered yet.
+  int during = -1;
+  agents_.SetAfterCreate([&](const std::string& at) {
+    ASSERT_TRUE(m->Reconcile(at.substr(std::string("http://").size())).ok());
+    during = agents_.Running(at);
+  });
+  m->RetryPending();
+  EXPECT_EQ(during, 1) << "the attempt in flight was deleted as an orphan";
+  ASSERT_EQ(m->Get("acme", "d")->state, "Running");
+  EXPECT_EQ(agents_.Running(url), 1);
+  ASSERT_TRUE(m->Reconcile(free_node).ok());
+  EXPECT_EQ(agents_.Running(url), 1);
+  EXPECT_EQ(m->Get("acme", "d")->state, "Running");
+}
+
 TEST_F(SandboxManagerTest, ALostNodesSandboxesFailWithNodeLost) {
   auto m = Manager();
   std::vector<std::string> ids;

@@ -2,10 +2,14 @@
 
 #include <httplib.h>
 
+#include <memory>
+#include <thread>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "controller/leader/stream_pipe.h"
 #include "nlohmann/json.hpp"
 
 namespace moat::controller {
@@ -56,11 +60,6 @@ void LeaderForwarder::Forward(const httplib::Request& req, httplib::Response& re
                        "has lost its quorum); writes are refused until one does: retry in a few "
                        "seconds");
   }
-  httplib::Client client(**leader);
-  if (!options_.ca_file.empty()) client.set_ca_cert_path(options_.ca_file.c_str());
-  int64_t us = absl::ToInt64Microseconds(options_.timeout);
-  client.set_read_timeout(us / 1'000'000, us % 1'000'000);
-  client.set_connection_timeout(2, 0);
   httplib::Request out;
   out.method = req.method;
   out.path = req.target.empty() ? req.path : req.target;  // With the query string.
@@ -75,18 +74,81 @@ void LeaderForwarder::Forward(const httplib::Request& req, httplib::Response& re
     out.headers.emplace("Content-Type", req.get_header_value("Content-Type"));
     out.body = req.body;
   }
-  httplib::Result answer = client.send(out);
-  if (!answer) {
-    return Unavailable(res, absl::StrCat("the leader ", **leader, " did not answer (",
-                                         httplib::to_string(answer.error()),
+  // The leader's answer is relayed as it arrives (a command's server-sent events through the
+  // proxy): its head first, then its body chunk by chunk.
+  auto up = std::make_shared<RelayUpstream>();
+  out.response_handler = [up](const httplib::Response& head) {
+    up->head.set_value(head);
+    up->head_set = true;
+    return true;
+  };
+  out.content_receiver = [up](const char* data, size_t n, uint64_t, uint64_t) {
+    return up->pipe.Push(data, n);
+  };
+  up->thread = std::thread([up, url = **leader, ca = options_.ca_file, timeout = options_.timeout,
+                            out = std::move(out)]() mutable {
+    httplib::Client client(url);
+    if (!ca.empty()) client.set_ca_cert_path(ca.c_str());
+    int64_t us = absl::ToInt64Microseconds(timeout);
+    client.set_read_timeout(us / 1'000'000, us % 1'000'000);
+    client.set_connection_timeout(2, 0);
+    client.set_tcp_nodelay(true);
+    httplib::Response response;
+    httplib::Error error = httplib::Error::Success;
+    bool ok = client.send(out, response, error);
+    if (!up->head_set) {
+      httplib::Response failed;
+      failed.status = ok ? response.status : 0;
+      if (ok) {
+        failed.headers = response.headers;
+        failed.body = response.body;
+      } else {
+        failed.reason = httplib::to_string(error);
+      }
+      up->head.set_value(failed);
+      up->head_set = true;
+    }
+    up->pipe.Close();
+  });
+  httplib::Response head = up->head.get_future().get();
+  if (head.status == 0) {
+    up->thread.join();
+    return Unavailable(res, absl::StrCat("the leader ", **leader, " did not answer (", head.reason,
                                          "); if it died, another replica leads within the lease "
                                          "TTL: retry"));
   }
-  res.status = answer->status;
-  for (const auto& [name, value] : answer->headers) {
+  res.status = head.status;
+  for (const auto& [name, value] : head.headers) {
     if (Copied(name)) res.set_header(name.c_str(), value);
   }
-  res.set_content(answer->body, answer->get_header_value("Content-Type").c_str());
+  const std::string content_type = head.get_header_value("Content-Type");
+  // A sized answer (JSON, a file) is relayed whole, with its length; a stream (chunked, or
+  // server-sent events) chunk by chunk, as the leader sends it.
+  const bool stream = absl::StartsWith(content_type, "text/event-stream") ||
+                      (!head.has_header("Content-Length") && head.status != 204 &&
+                       head.status != 304 && req.method != "HEAD");
+  if (!stream) {
+    std::string body = head.body, chunk;
+    while (up->pipe.Pop(&chunk)) body += chunk;
+    up->thread.join();
+    res.set_content(body, content_type.c_str());
+    return;
+  }
+  res.set_chunked_content_provider(
+      content_type.empty() ? "application/octet-stream" : content_type,
+      [up](size_t, httplib::DataSink& sink) {
+        std::string chunk;
+        if (!up->pipe.Pop(&chunk)) {
+          sink.done();
+          return true;
+        }
+        return sink.write(chunk.data(), chunk.size());
+      },
+      [up](bool) {
+        // The client went away, or everything was sent: stop the leader's side either way.
+        up->pipe.Cancel();
+        if (up->thread.joinable()) up->thread.join();
+      });
 }
 
 }  // namespace moat::controller

@@ -5,9 +5,9 @@
 //   client ──▶ follower ──(GET /sandboxes...)──▶ its table, refreshed from etcd each second
 //                 └──(anything else)──▶ leader (its advertise_url, from etcd's election)
 //
-// The leader's answer is returned as it is (buffered: a server-sent-events stream through a
-// follower arrives whole at its end; clients that stream should reach the leader or the
-// sandbox's endpoint). No leader (an election under way, etcd without quorum): 503 with a
+// The leader's answer is returned as it is: a sized one whole, a stream (a command's
+// server-sent events through the proxy, any chunked answer) as it arrives, so a follower adds
+// no wait to an event. No leader (an election under way, etcd without quorum): 503 with a
 // message that says so. A request already forwarded once is never forwarded again (503), so
 // two replicas that each believe the other leads cannot bounce a request between them.
 #pragma once

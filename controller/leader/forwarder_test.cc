@@ -4,8 +4,12 @@
 
 #include <httplib.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -66,6 +70,31 @@ class ForwarderTest : public ::testing::Test {
                       "application/json");
     });
   }};
+  // The leader's stream: one event, then (once the client saw it, or after 5 s) a second.
+  std::mutex mu_;
+  std::condition_variable seen_cv_;
+  bool seen_ = false, second_waited_out_ = false;
+  Server stream_leader_{[this](httplib::Server& s) {
+    s.Get("/v1/sandboxes/sb/proxy/44772/command",
+          [this](const httplib::Request&, httplib::Response& res) {
+            res.set_chunked_content_provider(
+                "text/event-stream", [this](size_t offset, httplib::DataSink& sink) {
+                  if (offset == 0) {
+                    std::string first = "data: {\"type\":\"stdout\",\"text\":\"first\"}\n\n";
+                    return sink.write(first.data(), first.size());
+                  }
+                  {
+                    std::unique_lock lock(mu_);
+                    second_waited_out_ =
+                        !seen_cv_.wait_for(lock, std::chrono::seconds(5), [this] { return seen_; });
+                  }
+                  std::string second = "data: {\"type\":\"exit\",\"code\":0}\n\n";
+                  sink.write(second.data(), second.size());
+                  sink.done();
+                  return true;
+                });
+          });
+  }};
   LeaderForwarder forwarder_{ForwarderOptions{
       .self = "http://follower",
       .leader = [this]() -> absl::StatusOr<std::optional<std::string>> { return leader_url_; }}};
@@ -123,6 +152,31 @@ TEST_F(ForwarderTest, ADeadLeaderIsA503) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 503);
   EXPECT_THAT(r->body, HasSubstr("did not answer"));
+}
+
+// A command's server-sent events through a follower arrive as the leader sends them: the first
+// event reaches the client before the leader sends the last (it waits for the client to see
+// the first), as straight from the leader.
+TEST_F(ForwarderTest, AStreamArrivesEventByEventThroughTheFollower) {
+  leader_url_ = stream_leader_.url();
+  httplib::Client c("127.0.0.1", follower_.port());
+  std::string received;
+  auto r = c.Get("/v1/sandboxes/sb/proxy/44772/command", httplib::Headers{},
+                 [&](const char* data, size_t n) {
+                   received.append(data, n);
+                   if (absl::StrContains(received, "first")) {
+                     std::lock_guard lock(mu_);
+                     seen_ = true;
+                     seen_cv_.notify_all();
+                   }
+                   return true;
+                 });
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+  EXPECT_THAT(received, HasSubstr("\"exit\""));
+  std::lock_guard lock(mu_);
+  EXPECT_FALSE(second_waited_out_) << "the follower held the first event until the stream ended";
 }
 
 }  // namespace

@@ -27,16 +27,22 @@ class FakeAgents final : public AgentClient {
       hook = std::exchange(on_create_, nullptr);
     }
     if (hook) hook(agent.url);  // Outside the lock: it may call back into the fleet.
-    absl::MutexLock lock(&mu_);
-    ++creates_[agent.url];
-    if (failing_.contains(agent.url)) {
-      return absl::UnavailableError(absl::StrCat("agent ", agent.url, " is failing"));
+    AgentSandbox s;
+    std::function<void(const std::string&)> after;
+    {
+      absl::MutexLock lock(&mu_);
+      ++creates_[agent.url];
+      if (failing_.contains(agent.url)) {
+        return absl::UnavailableError(absl::StrCat("agent ", agent.url, " is failing"));
+      }
+      const bool warm = request.cpus == 0 && request.memory_bytes == 0 && request.policy.is_null();
+      s = AgentSandbox{absl::StrCat("sb-", ++next_), absl::StrCat("token-", next_), "running",
+                       warm ? "warm" : "cold", request.metadata};
+      running_[agent.url][s.id] = s;
+      last_create_ = request;
+      after = std::exchange(after_create_, nullptr);
     }
-    const bool warm = request.cpus == 0 && request.memory_bytes == 0 && request.policy.is_null();
-    AgentSandbox s{absl::StrCat("sb-", ++next_), absl::StrCat("token-", next_), "running",
-                   warm ? "warm" : "cold", request.metadata};
-    running_[agent.url][s.id] = s;
-    last_create_ = request;
+    if (after) after(agent.url);  // Outside the lock too.
     return s;
   }
   absl::Status Delete(const AgentEndpoint& agent, const std::string& id) override {
@@ -97,6 +103,13 @@ class FakeAgents final : public AgentClient {
     on_create_ = std::move(hook);
   }
 
+  // Runs once, after the next Create made its sandbox and before it answers (something
+  // happening while the controller has yet to hear back).
+  void SetAfterCreate(std::function<void(const std::string& url)> hook) {
+    absl::MutexLock lock(&mu_);
+    after_create_ = std::move(hook);
+  }
+
   void SetFailing(const std::string& url, bool failing) {
     absl::MutexLock lock(&mu_);
     if (failing) {
@@ -114,10 +127,13 @@ class FakeAgents final : public AgentClient {
     return creates_[url];
   }
   // A sandbox the agent runs that the controller did not ask for (a crash's orphan).
-  void AddOrphan(const std::string& url, const std::string& controller_id) {
+  // `attempt`: the placement attempt it carries (kAttemptKey), if any.
+  void AddOrphan(const std::string& url, const std::string& controller_id,
+                 const std::string& attempt = "") {
     absl::MutexLock lock(&mu_);
     AgentSandbox s{absl::StrCat("sb-orphan-", ++next_), "", "running", "", {}};
     s.metadata[kControllerIdKey] = controller_id;
+    if (!attempt.empty()) s.metadata[kAttemptKey] = attempt;
     running_[url][s.id] = s;
   }
   void Vanish(const std::string& url) {
@@ -162,6 +178,7 @@ class FakeAgents final : public AgentClient {
   AgentCreate last_create_ ABSL_GUARDED_BY(mu_);
   AgentCommand last_command_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> on_create_ ABSL_GUARDED_BY(mu_);
+  std::function<void(const std::string&)> after_create_ ABSL_GUARDED_BY(mu_);
   std::optional<AgentCommandResult> command_result_ ABSL_GUARDED_BY(mu_);
 };
 

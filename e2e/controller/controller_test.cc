@@ -166,6 +166,47 @@ TEST_F(ControllerE2eTest, Kill9DuringACreateStormLosesNothingAcknowledged) {
   }
 }
 
+// Creates answered Pending (no node yet) while the controller is killed with SIGKILL: after a
+// restart they are still Pending, and once an agent joins each is placed and runs exactly once.
+TEST_F(ControllerE2eTest, Kill9WithPendingSandboxesLosesNoneAndPlacesEachOnce) {
+  std::mutex mu;
+  std::set<std::string> pending;
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 3; ++c) {
+    clients.emplace_back([&] {
+      auto [status, sb] = fleet_->Call("POST", "/v1/sandboxes", kCreate);
+      if (status == 202 && sb["status"]["state"] == "Pending") {
+        std::lock_guard lock(mu);
+        pending.insert(sb["id"].get<std::string>());
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  ASSERT_EQ(pending.size(), 3u) << "no node: each create answers Pending after create_timeout";
+  fleet_->controller().Kill(SIGKILL);
+  ASSERT_TRUE(fleet_->StartController().ok());
+  auto [status, list] = fleet_->Call("GET", "/v1/sandboxes?state=Pending");
+  ASSERT_EQ(status, 200);
+  std::set<std::string> listed;
+  for (const auto& s : list["items"]) listed.insert(s["id"].get<std::string>());
+  EXPECT_EQ(listed, pending) << "Pending sandboxes lost with the controller";
+  ASSERT_TRUE(fleet_->StartAgent({.name = "a1", .pool_floor = 0}).ok());
+  EXPECT_TRUE(Fleet::WaitFor(
+      [&] {
+        for (const std::string& id : pending) {
+          if (fleet_->Call("GET", "/v1/sandboxes/" + id).second["status"]["state"] != "Running") {
+            return false;
+          }
+        }
+        return true;
+      },
+      absl::Seconds(20)))
+      << fleet_->controller().Log();
+  std::multiset<std::string> on_agent;
+  for (const auto& [agent_id, controller_id] : AgentSandboxes("a1")) on_agent.insert(controller_id);
+  EXPECT_EQ(on_agent, std::multiset<std::string>(pending.begin(), pending.end()));
+}
+
 TEST_F(ControllerE2eTest, BadRequestsNeverReachAnAgent) {
   ASSERT_TRUE(fleet_->StartAgent({.name = "a1", .pool_floor = 0}).ok());
   EXPECT_EQ(fleet_->Call("POST", "/v1/sandboxes", "{").first, 400);

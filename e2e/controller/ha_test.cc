@@ -188,6 +188,66 @@ TEST_F(HaE2eTest, LeaderKillDuringACreateStormThenFollowerLoss) {
   EXPECT_EQ(Leaders(), std::vector<int>{now_leader});
 }
 
+// Creates answered Pending (no agent yet) through a follower, then SIGKILL of the leader: the
+// sandboxes are in etcd, so the followers list them and the new leader places each exactly once
+// when an agent joins.
+TEST_F(HaE2eTest, PendingSandboxesSurviveALeaderKillAndArePlacedOnceByTheNext) {
+  const int leader = Leaders().at(0);
+  const int f1 = AFollower();
+  std::mutex mu;
+  std::set<std::string> pending;
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 3; ++c) {
+    clients.emplace_back([&] {
+      // 503 while the follower has yet to learn who leads (it asks etcd once a second).
+      std::pair<int, nlohmann::json> r;
+      for (int attempt = 0; attempt < 20; ++attempt) {
+        r = fleet_->CallReplica(f1, "POST", "/v1/sandboxes", kCreate);
+        if (r.first != 503) break;
+        absl::SleepFor(absl::Milliseconds(500));
+      }
+      auto& [status, sb] = r;
+      if (status == 202 && sb["status"]["state"] == "Pending") {
+        std::lock_guard lock(mu);
+        pending.insert(sb["id"].get<std::string>());
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  ASSERT_EQ(pending.size(), 3u) << "no agent: each create answers Pending after create_timeout";
+  // A follower's copy knows them (it is refreshed from etcd each second).
+  EXPECT_TRUE(Fleet::WaitFor(
+      [&] {
+        auto [s, list] = fleet_->CallReplica(f1, "GET", "/v1/sandboxes?state=Pending");
+        return s == 200 && list["items"].size() == 3;
+      },
+      absl::Seconds(5)));
+  KillReplica(leader);
+  ASSERT_TRUE(Fleet::WaitFor([&] { return Leaders().size() == 1; }, kLeaseTtl + absl::Seconds(4)))
+      << "no new leader";
+  const int new_leader = Leaders().at(0);
+  auto [status, list] = fleet_->CallReplica(new_leader, "GET", "/v1/sandboxes?state=Pending");
+  ASSERT_EQ(status, 200);
+  std::set<std::string> listed;
+  for (const auto& s : list["items"]) listed.insert(s["id"].get<std::string>());
+  EXPECT_EQ(listed, pending) << "Pending sandboxes lost with the leader";
+  fleet_->Target(f1);
+  ASSERT_TRUE(fleet_->StartAgent({.name = "a1", .pool_floor = 0}).ok());
+  EXPECT_TRUE(Fleet::WaitFor(
+      [&] {
+        for (const std::string& id : pending) {
+          auto [s, sb] = fleet_->CallReplica(new_leader, "GET", "/v1/sandboxes/" + id);
+          if (sb["status"]["state"] != "Running") return false;
+        }
+        return true;
+      },
+      absl::Seconds(20)))
+      << fleet_->replica(new_leader).Log();
+  std::multiset<std::string> on_agent;
+  for (const auto& [agent_id, controller_id] : AgentSandboxes("a1")) on_agent.insert(controller_id);
+  EXPECT_EQ(on_agent, std::multiset<std::string>(pending.begin(), pending.end()));
+}
+
 // One etcd member of three lost changes nothing; two lost (no quorum): writes get a 503 that
 // says so, reads answer from a replica's copy and say they may be stale; never a wrong answer.
 TEST_F(HaE2eTest, EtcdMemberLossThenQuorumLoss) {
@@ -195,8 +255,7 @@ TEST_F(HaE2eTest, EtcdMemberLossThenQuorumLoss) {
   const int follower = AFollower();
   fleet_->Target(follower);
   ASSERT_TRUE(fleet_->StartAgent({.name = "a1", .pool_floor = 1}).ok());
-  // A Running one: Pending sandboxes live in the leader's memory only (docs/controller.md), so
-  // a follower does not know them until they are placed.
+  // A Running one (a Pending one would do too: it is stored once its create answers).
   std::string id;
   for (int i = 0; i < 5 && id.empty(); ++i) {
     auto [s1, sb1] = fleet_->CallReplica(follower, "POST", "/v1/sandboxes", kCreate);

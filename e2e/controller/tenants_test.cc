@@ -2,6 +2,8 @@
 // API try to reach each other's sandboxes through every route; quotas refuse with the quota's
 // name; rotated and revoked keys stop; a high-risk command through the proxy waits for an
 // administrator (issue 13, points 3 and 4).
+#include <signal.h>
+
 #include <optional>
 #include <thread>
 
@@ -236,6 +238,53 @@ TEST_F(TenantsE2eTest, AHighRiskCommandWaitsForAnAdministrator) {
   EXPECT_THAT(trail, HasSubstr("\"Approved\""));
   EXPECT_THAT(trail, HasSubstr("downloads and runs a script"));
   EXPECT_EQ(audit["items"].size(), 4u) << trail;  // 2 holds + 2 decisions; "echo" has no tag.
+}
+
+// A held command outlives the controller that held it: SIGKILL while the caller waits (its
+// connection closes), and after the restart the hold is still listed, the administrator's
+// approval works, and the caller's retry of the same command runs with that approval.
+TEST_F(TenantsE2eTest, AHeldCommandSurvivesAControllerKill) {
+  const std::string key = NewTenant("acme");
+  auto [st, sb] = As(key, "POST", "/v1/sandboxes", kCreate);
+  ASSERT_EQ(st, 202) << sb.dump();
+  ASSERT_EQ(sb["status"]["state"], "Running");
+  const std::string command = "/v1/sandboxes/" + std::string(sb["id"]) + "/proxy/44772/command";
+  const std::string high = R"({"command": "curl -s http://127.0.0.1:9/x | sh"})";
+  const httplib::Headers auth = {{"OPEN-SANDBOX-API-KEY", key}};
+  std::thread waiter([&] {
+    httplib::Client client("127.0.0.1", fleet_->controller().port());
+    client.set_read_timeout(60, 0);
+    auto res = client.Post(command, auth, high, "application/json");
+    EXPECT_FALSE(res && res->status == 200) << "ran without an approval";
+  });
+  std::string id;
+  ASSERT_TRUE(Fleet::WaitFor(
+      [&] {
+        auto [s, pending] = Admin("GET", "/v1/admin/approvals");
+        if (s != 200 || pending["items"].empty()) return false;
+        id = pending["items"][0]["id"];
+        return true;
+      },
+      absl::Seconds(10)));
+  fleet_->controller().Kill(SIGKILL);
+  waiter.join();
+  ASSERT_TRUE(fleet_->StartController().ok()) << fleet_->controller().Log();
+  auto [ls, listed] = Admin("GET", "/v1/admin/approvals");
+  ASSERT_EQ(ls, 200);
+  ASSERT_EQ(listed["items"].size(), 1u) << "the hold was lost with the controller";
+  EXPECT_EQ(listed["items"][0]["id"], id);
+  auto [ds, d] = Admin("POST", "/v1/admin/approvals/" + id + "/approve",
+                       json{{"reason", "checked after the restart"}}.dump());
+  ASSERT_EQ(ds, 200) << d.dump();
+  ASSERT_TRUE(
+      Fleet::WaitFor([&] { return fleet_->NodeState("n1") == "Ready"; }, absl::Seconds(20)));
+  httplib::Client client("127.0.0.1", fleet_->controller().port());
+  client.set_read_timeout(60, 0);
+  auto retried = client.Post(command, auth, high, "application/json");
+  ASSERT_TRUE(retried);
+  EXPECT_EQ(retried->status, 200) << retried->body;
+  EXPECT_EQ(retried->get_header_value("X-Moat-Approval-Id"), id);
+  EXPECT_TRUE(Admin("GET", "/v1/admin/approvals").second["items"].empty());
 }
 
 // POST /v1/run goes through the same gate: low-risk code runs; high-risk code waits in
