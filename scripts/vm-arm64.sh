@@ -6,7 +6,7 @@
 # The VM has no network device (-nodefaults -nic none); the checkout is shared read-only over 9p
 # at its own path, as in scripts/vm-test.sh.
 #
-# usage: sudo scripts/vm-arm64.sh
+# usage: sudo scripts/vm-arm64.sh [--no-build]     (--no-build: use build-arm64/ as it is)
 # env:   TESTS="e2e_a_test ..."  binaries of build-arm64/tests to run (default below)
 #        GTEST_FILTER            default: leave out what the busybox guest cannot run (below)
 #        JOBS=1, SMP=2, MEM=2G, TIMEOUT=1800 (seconds, whole VM), MOAT_E2E_TIME_SCALE=8
@@ -26,22 +26,24 @@ scripts/install-deps.sh --with-vm
 # moat leaving nothing behind, fail-closed setup).
 TESTS=${TESTS:-e2e_syscalls_test e2e_filesystem_test e2e_credentials_test e2e_processes_test e2e_fail_closed_test e2e_leftovers_test}
 TARGETS="moat moat-init $TESTS"
-TARGETS=$TARGETS scripts/cross-arm64.sh
+if [ "${1:-}" != --no-build ]; then TARGETS=$TARGETS scripts/cross-arm64.sh; fi
 t1=$(date +%s)
 
-# The loader and libraries the dynamically linked test binaries need (moat itself is static).
-libs=()
-for t in $TESTS; do
-  for so in $(aarch64-linux-gnu-readelf -d "build-arm64/tests/$t" |
-              sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
-    libs+=("/lib/aarch64-linux-gnu/$so")
+# The loader and libraries the dynamically linked test binaries need, and theirs in turn (moat
+# itself is static).
+needed() { aarch64-linux-gnu-readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; }
+declare -A seen=()
+queue=()
+for t in $TESTS; do queue+=("build-arm64/tests/$t"); done
+while [ ${#queue[@]} -gt 0 ]; do
+  f=${queue[0]}; queue=("${queue[@]:1}")
+  for so in $(needed "$f"); do
+    l=/lib/aarch64-linux-gnu/$so
+    [ -e "$l" ] || { echo "vm-arm64: $l missing (is the arm64 package of $so installed?)" >&2; exit 125; }
+    [ -n "${seen[$l]:-}" ] || { seen[$l]=1; queue+=("$l"); }
   done
 done
-libs+=(/lib/ld-linux-aarch64.so.1)
-mapfile -t libs < <(printf '%s\n' "${libs[@]}" | sort -u)
-for l in "${libs[@]}"; do
-  [ -e "$l" ] || { echo "vm-arm64: $l missing (is libc6:arm64 installed?)" >&2; exit 125; }
-done
+mapfile -t libs < <(printf '%s\n' "${!seen[@]}" /lib/ld-linux-aarch64.so.1 | sort -u)
 
 key=$( (cat scripts/vm/build-initramfs.sh; printf '%s\n' "${libs[@]}") | sha256sum | cut -c1-16)
 VMDIR=build/vm/arm64-$key
