@@ -58,4 +58,6 @@ P=$(sum passed); F=$(sum failed); S=$(sum skipped)
 CR=$(grep -vc ' rc=0 ' "$OUT/summary.txt")
 echo "binaries not exiting 0: $CR"
 echo "$P passed, $F failed ($S skipped)"
-[ "$F" -eq 0 ] && [ "$CR" -eq 0 ]
+# A run that ran no test (a filter that matches nothing, binaries that did not start) fails.
+[ "$P" -gt 0 ] || echo "vm: no test passed"
+[ "$F" -eq 0 ] && [ "$CR" -eq 0 ] && [ "$P" -gt 0 ]
