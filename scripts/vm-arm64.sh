@@ -58,8 +58,12 @@ rm -f build/vm/arm64-scratch.img
 mke2fs -q -t ext4 -E root_owner=0:0 build/vm/arm64-scratch.img 2G
 t2=$(date +%s)
 
-# Left out: nothing yet (the busybox guest runs every case of these binaries).
-skip=''
+# Left out: what the busybox guest cannot run. The harness's host sleeper execs /bin/sleep under
+# another argv[0] (its marker), which busybox reads as an applet name ("applet not found").
+skip='E2eTest.HostProcessesAreInvisibleAndSurviveSignals'
+# Busybox's sh runs `sleep` in a forked shell without exec (a "nofork" applet), so the daemons'
+# command lines stay the shell's and the tests' wait for five "sleep" processes never ends.
+skip+=':E2eTest.InterruptingMoatEndsTheSandbox:E2eTest.KillingMoatKillsTheSandbox'
 filter=${GTEST_FILTER-${skip:+-$skip}}
 filter=${filter:-'*'}  # an empty GTEST_FILTER matches no test at all
 

@@ -59,8 +59,9 @@ add_mod() {
   for dep in $(tr '\0' '\n' < "$f" | sed -n 's/^depends=//p' | head -1 | tr ',' ' '); do add_mod "$dep"; done
   cp "$f" "$R/lib/modules/"; echo "${f##*/}" >> "$R/modules.order"
 }
+# crc32c_generic: ext4 and jbd2 ask the crypto API for crc32c at mount time (ENOENT without it).
 for m in virtio virtio_ring virtio_pci virtio_mmio virtio_blk virtio-rng 9pnet_virtio 9p overlay \
-         ext4 veth; do
+         crc32c_generic libcrc32c ext4 veth; do
   add_mod "$m"
 done
 cat > "$R/init" <<'EOF'

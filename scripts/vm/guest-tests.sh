@@ -19,7 +19,7 @@ if [ "${1:-}" = --one ]; then
   dir=${inc%/*}; [ -n "$inc" ] || dir=$B
   s=$(date +%s)
   ( cd "$dir" && MOAT_BIN=$B/bin/moat MOAT_AGENT_BIN=$B/bin/moat-agent \
-      timeout -k 5 "${PER_TEST_TIMEOUT:-900}" "$B/tests/$t" ${GTEST_ARGS:---gtest_brief=1} ) > "$OUT/$t.log" 2>&1
+      timeout -k 5 "${PER_TEST_TIMEOUT:-900}" "$B/tests/$t" ${GTEST_ARGS---gtest_brief=1} ) > "$OUT/$t.log" 2>&1
   rc=$?
   p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$OUT/$t.log" | tail -1)
   # --gtest_brief prints each failure once ("[  FAILED  ] Suite.Test (N ms)").
