@@ -3,18 +3,36 @@
 # under qemu-user: the seccomp programs for ARM64, the policy and output modules. (seccomp_load
 # fails under qemu-user, and namespaces are not emulated, so the sandbox tests run natively only.)
 # usage: sudo scripts/cross-arm64.sh
+# env:   TARGETS="moat e2e_syscalls_test ..."  build only these ARM64 targets and run nothing
+#        (scripts/vm-arm64.sh: what its VM runs); the native build is then only the generator's
+#        output, not the whole tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 # A native build first: its generator compiles the seccomp programs of both architectures
 # (libseccomp cannot probe the kernel under qemu-user).
-scripts/build.sh
+programs=sandbox/seccomp/generated/seccomp_programs.inc
+if [ -n "${TARGETS:-}" ]; then
+  scripts/install-deps.sh
+  [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build --target "$programs"
+else
+  scripts/build.sh
+fi
 if ! dpkg --print-foreign-architectures | grep -qx arm64; then dpkg --add-architecture arm64; fi
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends g++-aarch64-linux-gnu qemu-user-static \
-  libseccomp-dev:arm64 libabsl-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 \
-  libyaml-cpp0.7:arm64 libssl-dev:arm64 libcpp-httplib-dev:arm64 \
-  libprometheus-cpp-core1.0:arm64 libprometheus-cpp-pull1.0:arm64 >/dev/null
+# gcc-arm-linux-gnueabihf: the 32-bit ARM attack program of the ARM64 lane (AArch32 calls).
+pkgs=(g++-aarch64-linux-gnu qemu-user-static gcc-arm-linux-gnueabihf
+      libseccomp-dev:arm64 libabsl-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64
+      libyaml-cpp0.7:arm64 libssl-dev:arm64 libcpp-httplib-dev:arm64
+      libprometheus-cpp-core1.0:arm64 libprometheus-cpp-pull1.0:arm64)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
 # libyaml-cpp-dev and prometheus-cpp-dev cannot be installed for two architectures at once
 # (installing the arm64 one removes the native one); their headers are the same, so take only the
 # arm64 libraries and CMake files out of the packages.
@@ -28,7 +46,12 @@ for dev in libyaml-cpp-dev:yaml-cpp prometheus-cpp-dev:prometheus-cpp; do
 done
 cmake -S . -B build-arm64 -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DMOAT_SECCOMP_PROGRAMS="$PWD/build/sandbox/generated/seccomp_programs.inc" >/dev/null
+  -DMOAT_SECCOMP_PROGRAMS="$PWD/build/$programs" >/dev/null
+if [ -n "${TARGETS:-}" ]; then
+  # shellcheck disable=SC2086
+  cmake --build build-arm64 -j"$(nproc)" --target $TARGETS
+  exit 0
+fi
 cmake --build build-arm64 -j"$(nproc)"
 file build-arm64/bin/moat
 for t in bpf_interpreter_test seccomp_policy_test units_test \

@@ -2,8 +2,8 @@
 # Installs everything moat needs to build, test and benchmark, from Debian packages only.
 # Idempotent: packages already present are left alone, and apt-get update runs only when needed.
 # usage: scripts/install-deps.sh [--with-peers] [--with-vm]
-#   --with-peers adds bubblewrap and crun for bench/; --with-vm adds QEMU and debootstrap for the
-#   real-kernel lane (scripts/vm-test.sh), which only that lane needs.
+#   --with-peers adds bubblewrap and crun for bench/; --with-vm adds QEMU (x86-64 and ARM),
+#   debootstrap and cpio for the real-kernel lanes (scripts/vm-test.sh, scripts/vm-arm64.sh).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -16,7 +16,7 @@ pkgs=(build-essential cmake ninja-build pkg-config
 for arg in "$@"; do
   case "$arg" in
     --with-peers) pkgs+=(bubblewrap crun) ;;
-    --with-vm) pkgs+=(qemu-system-x86 debootstrap e2fsprogs) ;;
+    --with-vm) pkgs+=(qemu-system-x86 qemu-system-arm debootstrap e2fsprogs cpio) ;;
   esac
 done
 # Deploy checks (scripts/deploy-check.sh): promtool and a real Prometheus, unzip for helm's npm

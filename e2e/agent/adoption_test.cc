@@ -53,7 +53,7 @@ class AdoptionE2eTest : public ::testing::Test {
   static std::pair<int, std::string> Execd(AgentProcess& agent, const std::string& id,
                                            const std::string& token, const std::string& path) {
     httplib::Client client("127.0.0.1", agent.port());
-    client.set_read_timeout(10, 0);
+    client.set_read_timeout(static_cast<time_t>(Scaled(10)), 0);
     httplib::Result res = client.Get(absl::StrCat("/v1/sandboxes/", id, "/execd", path),
                                      httplib::Headers{{"X-EXECD-ACCESS-TOKEN", token}});
     if (!res) return {0, ""};
@@ -157,7 +157,7 @@ TEST_F(AdoptionE2eTest, SandboxEndsItselfAfterTheGrace) {
   CommandRun bg = agent->Run(sandbox->first, sandbox->second, absl::StrCat("sleep 1000.", marker),
                              nullptr, R"({"background": true})");
   EXPECT_EQ(bg.http_status, 200);
-  for (int i = 0; i < 100 && ProcessesWith(marker).empty(); ++i) {
+  for (int i = 0; i < Rounds(100) && ProcessesWith(marker).empty(); ++i) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   ASSERT_FALSE(ProcessesWith(marker).empty());
@@ -167,7 +167,7 @@ TEST_F(AdoptionE2eTest, SandboxEndsItselfAfterTheGrace) {
   agent->Kill(SIGKILL);
   absl::SleepFor(absl::Milliseconds(500));
   EXPECT_FALSE(ProcessesWith(marker).empty()) << "the sandbox did not wait for the grace";
-  for (int i = 0; i < 250 && !ProcessesWith(marker).empty(); ++i) {
+  for (int i = 0; i < Rounds(250) && !ProcessesWith(marker).empty(); ++i) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   EXPECT_THAT(ProcessesWith(marker), IsEmpty()) << "the sandbox outlived its grace";
@@ -194,7 +194,7 @@ TEST_F(AdoptionE2eTest, AdoptedSandboxIsWatchedByANewProbe) {
   ASSERT_TRUE(sandbox.ok()) << sandbox.status();
   const auto& [id, token] = *sandbox;
   std::vector<pid_t> old_probes;
-  for (int i = 0; i < 200 && old_probes.empty(); ++i) {
+  for (int i = 0; i < Rounds(200) && old_probes.empty(); ++i) {
     old_probes = ProbesOf(id);
     if (old_probes.empty()) absl::SleepFor(absl::Milliseconds(10));
   }
@@ -217,7 +217,7 @@ TEST_F(AdoptionE2eTest, AdoptedSandboxIsWatchedByANewProbe) {
   CommandRun run = restarted->Run(id, token, "unshare -U true; echo after=$?");
   EXPECT_EQ(run.stdout_text, "after=1\n");
   bool violation = false;
-  for (int i = 0; i < 100 && !violation; ++i) {
+  for (int i = 0; i < Rounds(100) && !violation; ++i) {
     auto [code, events] = restarted->Node("GET", "/v1/events");
     for (const auto& e : events["events"]) {
       violation |= e["sandbox_id"] == id && e["type"] == "violation" && e["detail"] == "unshare";
@@ -228,7 +228,7 @@ TEST_F(AdoptionE2eTest, AdoptedSandboxIsWatchedByANewProbe) {
 
   ASSERT_EQ(::kill(probes[0], SIGSTOP), 0);
   int status = 200;
-  for (int i = 0; i < 100 && status == 200; ++i) {
+  for (int i = 0; i < Rounds(100) && status == 200; ++i) {
     absl::SleepFor(absl::Milliseconds(50));
     status = restarted->Node("GET", "/v1/sandboxes/" + id).first;
   }

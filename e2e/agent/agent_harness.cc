@@ -97,7 +97,7 @@ absl::StatusOr<std::unique_ptr<AgentProcess>> AgentProcess::Start(const AgentSet
   if (error != 0) return absl::InternalError(absl::StrCat("cannot start ", AgentBinary()));
 
   const std::regex listening(R"(listening on 127\.0\.0\.1:(\d+))");
-  for (int i = 0; i < 300; ++i) {
+  for (int i = 0; i < Rounds(300); ++i) {
     std::smatch m;
     const std::string log = agent->Log();
     if (std::regex_search(log, m, listening)) {
@@ -139,7 +139,7 @@ int AgentProcess::Stop() {
 
 std::unique_ptr<httplib::Client> AgentProcess::NewClient() const {
   auto client = std::make_unique<httplib::Client>("127.0.0.1", port_);
-  client->set_read_timeout(60, 0);
+  client->set_read_timeout(static_cast<time_t>(Scaled(60)), 0);
   client->set_keep_alive(true);
   client->set_tcp_nodelay(true);
   return client;

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "e2e/time_scale.h"  // Scaled(), Rounds(): the tests' waits under emulation
 
 namespace httplib {
 class Client;

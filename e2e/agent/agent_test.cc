@@ -151,7 +151,7 @@ TEST_F(AgentE2eTest, KilledAgentLeavesNothingAfterRestart) {
     agent->Run(sandbox->first, sandbox->second, "echo data > /workspace/keep.txt");
   }
   // Six sleeps and their three shells carry the marker.
-  for (int i = 0; i < 100 && ProcessesWith(marker).size() < 9; ++i) {
+  for (int i = 0; i < Rounds(100) && ProcessesWith(marker).size() < 9; ++i) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   ASSERT_EQ(ProcessesWith(marker).size(), 9u) << "the background commands did not start";
@@ -162,7 +162,7 @@ TEST_F(AgentE2eTest, KilledAgentLeavesNothingAfterRestart) {
   agent->Kill(SIGKILL);
 
   // Every sandbox dies with the agent (init exits when the agent's socket closes).
-  for (int i = 0; i < 250 && !ProcessesWith(marker).empty(); ++i) {
+  for (int i = 0; i < Rounds(250) && !ProcessesWith(marker).empty(); ++i) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   EXPECT_THAT(ProcessesWith(marker), IsEmpty());
@@ -252,7 +252,7 @@ TEST_F(AgentE2eTest, LoadWithoutLeaks) {
   };
   const size_t cgroups_before = cgroup_sandboxes().size();
   run_for(absl::Seconds(seconds));
-  absl::SleepFor(absl::Milliseconds(500));  // the pool settles back to its target
+  absl::SleepFor(Scaled(absl::Milliseconds(500)));  // the pool settles back to its target
   const HostSnapshot host_after = SnapshotHost();
   EXPECT_EQ(failed.load(), 0) << first_failure;
   EXPECT_GT(ok.load(), 100);
@@ -282,7 +282,7 @@ TEST_F(AgentE2eTest, ForbiddenSyscallsBecomeViolationEvents) {
       id, token, "echo $GREETING; unshare -U true; mount -t tmpfs x /tmp; echo after=$?");
   EXPECT_EQ(run.stdout_text, "hello\nafter=32\n");  // the create-time env; mount failed
   std::set<std::string> seen;
-  for (int i = 0; i < 100 && seen.size() < 2; ++i) {
+  for (int i = 0; i < Rounds(100) && seen.size() < 2; ++i) {
     auto [code, events] = agent->Node("GET", "/v1/events");
     ASSERT_EQ(code, 200);
     for (const auto& e : events["events"]) {
@@ -308,7 +308,7 @@ TEST_F(AgentE2eTest, MemoryBombIsAViolationAndTheSandboxLivesOn) {
       id, token, "echo kept > /workspace/k; python3 -c 'x = bytearray(1 << 30)'; echo rc=$?");
   EXPECT_THAT(bomb.stdout_text, HasSubstr("rc=137"));  // SIGKILL from the OOM killer
   bool reported = false;
-  for (int i = 0; i < 100 && !reported; ++i) {
+  for (int i = 0; i < Rounds(100) && !reported; ++i) {
     auto [code, events] = agent->Node("GET", "/v1/events");
     for (const auto& e : events["events"]) {
       reported |= e["sandbox_id"] == id && e["kind"] == "memory" &&
@@ -331,7 +331,7 @@ TEST_F(AgentE2eTest, StoppedProbeMeansCompromised) {
   // posix_spawn returns once the probe's exec is past the point of no return, a moment before
   // its command line is readable in /proc: wait for it.
   std::vector<pid_t> probes;
-  for (int i = 0; i < 200 && probes.empty(); ++i) {
+  for (int i = 0; i < Rounds(200) && probes.empty(); ++i) {
     probes = ProbesOf(id);
     if (probes.empty()) absl::SleepFor(absl::Milliseconds(10));
   }
@@ -343,14 +343,14 @@ TEST_F(AgentE2eTest, StoppedProbeMeansCompromised) {
   const absl::Time stopped = absl::Now();
   ASSERT_EQ(::kill(probes[0], SIGSTOP), 0);
   int status = 200;
-  for (int i = 0; i < 100 && status == 200; ++i) {
+  for (int i = 0; i < Rounds(100) && status == 200; ++i) {
     absl::SleepFor(absl::Milliseconds(50));
     status = agent->Node("GET", "/v1/sandboxes/" + id).first;
   }
   const absl::Duration took = absl::Now() - stopped;
   EXPECT_EQ(status, 404) << "the sandbox was not recycled";
   EXPECT_GE(took, absl::Milliseconds(400));  // not before the misses
-  EXPECT_LE(took, absl::Seconds(3));
+  EXPECT_LE(took, Scaled(absl::Seconds(3)));
   auto [code, events] = agent->Node("GET", "/v1/events");
   ASSERT_EQ(code, 200);
   bool compromised = false;

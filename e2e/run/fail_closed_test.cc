@@ -50,7 +50,7 @@ class FailClosedTest : public E2eTest {
       EXPECT_THAT(r.err, HasSubstr(message_part)) << r.err;
       EXPECT_THAT(r.out + r.err, testing::Not(HasSubstr(marker))) << "the command ran";
       EXPECT_FALSE(PathExists(ws_ + "/ran")) << "the command ran";
-      EXPECT_LT(r.seconds, 10);
+      EXPECT_LT(r.seconds, Scaled(10));
       EXPECT_TRUE(CgroupDirsOf(r.pid).empty());
     }
   }
@@ -175,7 +175,7 @@ TEST_F(FailClosedTest, MoatInsideTheSandboxCannotStartAnotherSandbox) {
   EXPECT_EQ(r["status"], "exited") << Describe(r);
   EXPECT_EQ(r["exit_code"], 125) << Describe(r);
   EXPECT_THAT(r["stdout"].get<std::string>(), testing::Not(HasSubstr("NESTED-RAN"))) << Describe(r);
-  EXPECT_LT(raw.seconds, 15);
+  EXPECT_LT(raw.seconds, Scaled(15));
 }
 
 }  // namespace

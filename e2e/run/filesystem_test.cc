@@ -226,7 +226,7 @@ TEST_F(E2eTest, ConcurrentSandboxesDoNotShareTmp) {
   ASSERT_EQ(::chown(signal_dir.path().c_str(), 65534, 65534), 0);
   MoatProcess first({"run", "--json", "--workspace", signal_dir.path(), "--", "/bin/sh", "-c",
                      absl::StrCat("echo a > /tmp/", m, "; echo a > /dev/shm/", m,
-                                  "; touch /workspace/ready; sleep 3")},
+                                  "; touch /workspace/ready; sleep ", Scaled(3))},
                     {});
   ASSERT_TRUE(Eventually([&] { return PathExists(signal_dir.Path("ready")); }, 10))
       << "the first sandbox never started";

@@ -373,16 +373,6 @@ MoatProcess::~MoatProcess() {
   if (err_fd_ >= 0) ::close(err_fd_);
 }
 
-double HangScale() {
-  static const double scale = [] {
-    const char* value = std::getenv("MOAT_E2E_TIME_SCALE");
-    double v = 1;
-    if (value == nullptr || !absl::SimpleAtod(value, &v) || v < 1) return 1.0;
-    return std::min(v, 20.0);
-  }();
-  return scale;
-}
-
 MoatResult MoatProcess::Wait() {
   MoatResult r;
   r.pid = pid_;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "e2e/time_scale.h"
 
 namespace moat::e2e {
 
@@ -102,7 +103,7 @@ struct MoatOptions {
   int stdout_fd = -1;
   int stderr_fd = -1;
   // The harness kills moat (SIGKILL) after this long and fails the test: a hung moat is a bug.
-  // Multiplied by HangScale().
+  // Multiplied by HangScale() (e2e/time_scale.h).
   double kill_after_seconds = 30;
   // Runs in the child just before moat is executed (e.g. to change its mount namespace); if it
   // returns false the child exits with status 126.
@@ -141,11 +142,6 @@ class MoatProcess {
   double started_ = 0;
   bool reaped_ = false;
 };
-
-// $MOAT_E2E_TIME_SCALE (1 to 20; default 1): the factor for the harness's hang deadlines, set
-// where every process is many times slower than real hardware (the VM lane's emulation, where
-// fork costs 20-50x). Never applied to what a test asserts about moat itself.
-double HangScale();
 
 // `moat <args...>` to completion.
 MoatResult RunMoat(const std::vector<std::string>& args, const MoatOptions& options = {});
@@ -193,7 +189,7 @@ class HostSleeper {
 // of moat process `moat_pid` (named "<pid>-<n>").
 std::vector<std::string> CgroupDirsOf(pid_t moat_pid);
 
-// Polls `done` every 10 ms for up to `seconds`; returns its last value.
+// Polls `done` every 10 ms for up to Scaled(seconds); returns its last value.
 template <typename F>
 bool Eventually(F done, double seconds);
 
@@ -201,7 +197,7 @@ double NowSeconds();
 
 template <typename F>
 bool Eventually(F done, double seconds) {
-  double deadline = NowSeconds() + seconds;
+  double deadline = NowSeconds() + Scaled(seconds);
   while (true) {
     if (done()) return true;
     if (NowSeconds() >= deadline) return false;

@@ -44,7 +44,7 @@ TEST_F(E2eTest, DaemonsDieWhenTheCommandExits) {
   ASSERT_TRUE(r.is_object());
   EXPECT_EQ(r["status"], "exited") << Describe(r);
   EXPECT_THAT(r["stdout"].get<std::string>(), HasSubstr("started")) << Describe(r);
-  EXPECT_LT(raw.seconds, 4) << "moat waited for the daemons instead of ending the run";
+  EXPECT_LT(raw.seconds, Scaled(4)) << "moat waited for the daemons instead of ending the run";
   std::vector<pid_t> left = PidsWithMarker(digits);
   EXPECT_TRUE(left.empty()) << "ATTACK SUCCEEDED: processes outlived the run:\n" << Describe(left);
   EXPECT_TRUE(CgroupDirsOf(raw.pid).empty()) << absl::StrJoin(CgroupDirsOf(raw.pid), " ");
@@ -100,7 +100,7 @@ TEST_F(E2eTest, InterruptingMoatEndsTheSandbox) {
     double sent = NowSeconds();
     ::kill(moat.pid(), sig);
     MoatResult r = moat.Wait();
-    EXPECT_LT(NowSeconds() - sent, 3) << "moat did not stop promptly";
+    EXPECT_LT(NowSeconds() - sent, Scaled(3)) << "moat did not stop promptly";
     EXPECT_EQ(r.exit_code, 0) << "with --json moat still reports the (cancelled) run\n" << r.err;
     EXPECT_THAT(r.out, HasSubstr("cancelled")) << r.out;
     std::vector<pid_t> left = PidsWithMarker(digits);

@@ -39,7 +39,7 @@ TEST_F(E2eTest, ForkBombStopsAtThePidsLimit) {
   EXPECT_GE(forked, 5) << Describe(r);  // the limit is a limit, not a ban
   EXPECT_LT(forked, 20) << "ATTACK SUCCEEDED: more processes than --pids\n" << Describe(r);
   EXPECT_THAT(r["stdout"].get<std::string>(), HasSubstr(": EAGAIN")) << Describe(r);
-  EXPECT_LT(raw.seconds, 10);
+  EXPECT_LT(raw.seconds, Scaled(10));
 }
 
 TEST_F(E2eTest, ThreadBombStopsAtThePidsLimit) {
@@ -62,7 +62,7 @@ TEST_F(E2eTest, ShellForkBombEndsAtTheWallLimitAndLeavesNothing) {
               Sh(absl::StrCat("b() { b | b & }; b; exec sleep 30.", digits)), {}, &raw);
   ASSERT_TRUE(r.is_object());
   EXPECT_EQ(r["status"], "wall_timeout") << Describe(r);
-  EXPECT_LT(raw.seconds, 6) << "moat did not return promptly";
+  EXPECT_LT(raw.seconds, Scaled(6)) << "moat did not return promptly";
   EXPECT_TRUE(PidsWithMarker(digits).empty()) << "ATTACK SUCCEEDED: bomb processes outlived moat";
   EXPECT_TRUE(CgroupDirsOf(raw.pid).empty());
 }
@@ -79,7 +79,7 @@ TEST_F(E2eTest, MemoryBombIsOomKilled) {
   uint64_t peak = r["peak_memory_bytes"];
   EXPECT_LE(peak, 34u << 20) << "ATTACK SUCCEEDED: the bomb grew past --memory";
   EXPECT_GE(peak, 16u << 20) << "the bomb was stopped long before the limit: " << peak;
-  EXPECT_LT(raw.seconds, 10);
+  EXPECT_LT(raw.seconds, Scaled(10));
 
   MoatResult plain = RunPlain({"--memory", "32M"}, {Attack("mem_bomb")});
   EXPECT_EQ(plain.exit_code, 128 + SIGKILL) << plain.err;
@@ -128,7 +128,7 @@ TEST_F(E2eTest, CpuLoopEndsAtTheCpuTimeout) {
   double cpu = r["cpu_seconds"];
   EXPECT_GE(cpu, 0.29) << Describe(r);
   EXPECT_LT(cpu, 1.5) << "ATTACK SUCCEEDED: the loop ran far past --cpu-timeout";
-  EXPECT_LT(raw.seconds, 6);
+  EXPECT_LT(raw.seconds, Scaled(6));
 
   MoatResult plain = RunPlain({"--cpu-timeout", "200ms"}, Sh("while :; do :; done"));
   EXPECT_EQ(plain.exit_code, 124) << plain.err;
@@ -152,7 +152,7 @@ TEST_F(E2eTest, SleepEndsAtTheWallTimeoutPromptly) {
   double wall = r["wall_seconds"];
   EXPECT_GE(wall, 0.29);
   EXPECT_LT(wall, 1.5);
-  EXPECT_LT(raw.seconds, 2.5) << "moat returned late";
+  EXPECT_LT(raw.seconds, Scaled(2.5)) << "moat returned late";
 
   MoatResult plain = RunPlain({"--wall-timeout", "200ms"}, {"/bin/sleep", "30"});
   EXPECT_EQ(plain.exit_code, 124) << plain.err;
@@ -167,7 +167,7 @@ TEST_F(E2eTest, WallTimeoutKillsStoppedAndSignalIgnoringProcesses) {
     nlohmann::json r = RunJson({"--wall-timeout", "300ms"}, Sh(script), {}, &raw);
     ASSERT_TRUE(r.is_object());
     EXPECT_EQ(r["status"], "wall_timeout") << script << "\n" << Describe(r);
-    EXPECT_LT(raw.seconds, 2.5) << script;
+    EXPECT_LT(raw.seconds, Scaled(2.5)) << script;
   }
 }
 

@@ -110,8 +110,8 @@ TEST_F(ProjectConfigTest, NothingIsLeftWhenMoatIsKilled) {
   for (const std::string& f : ProtectedFiles()) script += TryToPlant(f);
   script += "echo > ready; sleep 30\n";
   MoatProcess moat({"run", "--policy", policy_, "--", "/bin/sh", "-c", script}, options_);
-  for (int i = 0; i < 200 && !PathExists(ready); ++i) ::usleep(50 * 1000);
-  ASSERT_TRUE(PathExists(ready)) << "the sandboxed script never got to the end of its attempts";
+  ASSERT_TRUE(Eventually([&] { return PathExists(ready); }, 10))
+      << "the sandboxed script never got to the end of its attempts";
   ASSERT_EQ(::kill(moat.pid(), SIGKILL), 0);
   MoatResult r = moat.Wait();
   EXPECT_EQ(r.term_signal, SIGKILL);

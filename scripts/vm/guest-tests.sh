@@ -4,12 +4,14 @@
 # costs ~10 s a test), JOBS at a time, each in its ctest working directory with ctest's
 # MOAT_BIN and MOAT_AGENT_BIN. The checkout is shared read-only at its host path (the binaries
 # carry absolute paths); an overlay makes it writable inside without touching the host.
-# env: ROOTDIR (the checkout), TESTS (binary names in build/tests), JOBS (default 2),
-#      PER_TEST_TIMEOUT (seconds per binary, default 900), GTEST_FILTER (read by gtest itself)
+# env: ROOTDIR (the checkout), TESTS (binary names in $BUILD/tests), JOBS (default 2),
+#      PER_TEST_TIMEOUT (seconds per binary, default 900), GTEST_FILTER (read by gtest itself),
+#      BUILD (the build tree under ROOTDIR, default build; the ARM64 lane: build-arm64),
+#      GTEST_ARGS (more gtest flags, default --gtest_brief=1)
 # output: /mnt/host/tests/NAME.log, /mnt/host/tests/summary.txt, and "N passed, N failed"
 #         (tests, not binaries); exit 0 only when every binary exited 0.
 ROOTDIR=${ROOTDIR:?set ROOTDIR to the checkout path}; export ROOTDIR
-B=$ROOTDIR/build
+B=$ROOTDIR/${BUILD:-build}; export BUILD
 OUT=/mnt/host/tests
 if [ "${1:-}" = --one ]; then
   t=$2
@@ -17,7 +19,7 @@ if [ "${1:-}" = --one ]; then
   dir=${inc%/*}; [ -n "$inc" ] || dir=$B
   s=$(date +%s)
   ( cd "$dir" && MOAT_BIN=$B/bin/moat MOAT_AGENT_BIN=$B/bin/moat-agent \
-      timeout -k 5 "${PER_TEST_TIMEOUT:-900}" "$B/tests/$t" --gtest_brief=1 ) > "$OUT/$t.log" 2>&1
+      timeout -k 5 "${PER_TEST_TIMEOUT:-900}" "$B/tests/$t" ${GTEST_ARGS---gtest_brief=1} ) > "$OUT/$t.log" 2>&1
   rc=$?
   p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$OUT/$t.log" | tail -1)
   # --gtest_brief prints each failure once ("[  FAILED  ] Suite.Test (N ms)").
@@ -37,7 +39,8 @@ fi
 export MOAT_E2E_SCRATCH=/srv/e2e-scratch
 # Emulation makes every process many times slower: the e2e harness's hang deadlines scale.
 export MOAT_E2E_TIME_SCALE=${MOAT_E2E_TIME_SCALE:-4}
-echo "vm: $(uname -sr), $(systemctl --version | head -1), cgroup $(stat -fc %T /sys/fs/cgroup)"
+init=$(systemctl --version 2>/dev/null | head -1); init=${init:-no systemd}
+echo "vm: $(uname -srm), $init, cgroup $(stat -fc %T /sys/fs/cgroup)"
 rm -rf "$OUT"; mkdir -p "$OUT"
 start=$(date +%s)
 for t in ${TESTS:?set TESTS}; do echo "$t"; done | xargs -P "${JOBS:-2}" -I{} sh "$0" --one {}
@@ -55,4 +58,6 @@ P=$(sum passed); F=$(sum failed); S=$(sum skipped)
 CR=$(grep -vc ' rc=0 ' "$OUT/summary.txt")
 echo "binaries not exiting 0: $CR"
 echo "$P passed, $F failed ($S skipped)"
-[ "$F" -eq 0 ] && [ "$CR" -eq 0 ]
+# A run that ran no test (a filter that matches nothing, binaries that did not start) fails.
+[ "$P" -gt 0 ] || echo "vm: no test passed"
+[ "$F" -eq 0 ] && [ "$CR" -eq 0 ] && [ "$P" -gt 0 ]

@@ -146,10 +146,12 @@ static long MountSetattr(void) {
   return syscall(SYS_mount_setattr, AT_FDCWD, "/", 0x8000 /* AT_RECURSIVE */, &attr, sizeof(attr));
 }
 
+#if defined(__x86_64__)
 static long ModifyLdt(void) {
   static char buf[16];
   return syscall(SYS_modify_ldt, 0, buf, sizeof(buf));
 }
+#endif
 
 struct Probe {
   const char* name;
@@ -197,15 +199,17 @@ P(swapon, swapon("/dev/null", 0))
 P(clock_settime, ClockSettime())
 P(sethostname, sethostname("pwned", 5))
 P(syslog, Syslog())
+#if defined(__x86_64__)  // x86's port I/O and LDT: no such calls on aarch64
 P(iopl, syscall(SYS_iopl, 3))
 P(ioperm, syscall(SYS_ioperm, 0x80, 1, 1))
+P(modify_ldt, ModifyLdt())
+#endif
 P(acct, acct("/tmp/acct"))
 P(fsopen, syscall(SYS_fsopen, "tmpfs", 0))
 P(open_tree, syscall(SYS_open_tree, AT_FDCWD, "/", 1 /* OPEN_TREE_CLONE */))
 P(move_mount, MoveMount())
 P(mount_setattr, MountSetattr())
 P(fanotify_init, syscall(SYS_fanotify_init, 0, O_RDONLY))
-P(modify_ldt, ModifyLdt())
 P(personality, personality(READ_IMPLIES_EXEC))
 P(socket_vsock, socket(AF_VSOCK, SOCK_STREAM, 0))
 P(socket_packet, socket(AF_PACKET, SOCK_RAW, 0))
@@ -213,18 +217,24 @@ P(socket_alg, socket(AF_ALG, SOCK_SEQPACKET, 0))
 #undef P
 
 #define E(n) {#n, Run_##n},
+#if defined(__x86_64__)
+#define X86(n) E(n)
+#else
+#define X86(n)
+#endif
+// clang-format off
 static const struct Probe kProbes[] = {
     E(mount) E(remount) E(umount2) E(pivot_root) E(chroot) E(unshare_user) E(unshare_mnt)
-        E(unshare_pid) E(unshare_net) E(unshare_uts) E(unshare_ipc) E(unshare_cgroup)
-            E(unshare_time) E(clone_newuser) E(clone_newns) E(clone_newpid) E(clone_newnet)
-                E(clone3_newuser) E(setns) E(keyctl) E(add_key) E(request_key) E(bpf)
-                    E(perf_event_open) E(userfaultfd) E(io_uring_setup) E(open_by_handle_at)
-                        E(name_to_handle_at) E(init_module) E(finit_module) E(delete_module)
-                            E(kexec_load) E(kexec_file_load) E(reboot) E(swapon) E(clock_settime)
-                                E(sethostname) E(syslog) E(iopl) E(ioperm) E(acct) E(fsopen)
-                                    E(open_tree) E(move_mount) E(mount_setattr) E(fanotify_init)
-                                        E(modify_ldt) E(personality) E(socket_vsock)
-                                            E(socket_packet) E(socket_alg)};
+    E(unshare_pid) E(unshare_net) E(unshare_uts) E(unshare_ipc) E(unshare_cgroup) E(unshare_time)
+    E(clone_newuser) E(clone_newns) E(clone_newpid) E(clone_newnet) E(clone3_newuser) E(setns)
+    E(keyctl) E(add_key) E(request_key) E(bpf) E(perf_event_open) E(userfaultfd)
+    E(io_uring_setup) E(open_by_handle_at) E(name_to_handle_at) E(init_module) E(finit_module)
+    E(delete_module) E(kexec_load) E(kexec_file_load) E(reboot) E(swapon) E(clock_settime)
+    E(sethostname) E(syslog) X86(iopl) X86(ioperm) E(acct) E(fsopen) E(open_tree) E(move_mount)
+    E(mount_setattr) E(fanotify_init) X86(modify_ldt) E(personality) E(socket_vsock)
+    E(socket_packet) E(socket_alg)};
+// clang-format on
+#undef X86
 #undef E
 
 int main(int argc, char** argv) {
