@@ -14,7 +14,9 @@ apt-get update -qq
 apt-get install -y -qq --no-install-recommends g++-aarch64-linux-gnu qemu-user-static \
   libseccomp-dev:arm64 libabsl-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 \
   libyaml-cpp0.7:arm64 libssl-dev:arm64 libcpp-httplib-dev:arm64 \
-  libprometheus-cpp-core1.0:arm64 libprometheus-cpp-pull1.0:arm64 >/dev/null
+  libprometheus-cpp-core1.0:arm64 libprometheus-cpp-pull1.0:arm64 \
+  libprometheus-cpp-push1.0:arm64 libcivetweb-dev:arm64 libcurl4-openssl-dev:arm64 \
+  libsqlite3-dev:arm64 >/dev/null
 # libyaml-cpp-dev and prometheus-cpp-dev cannot be installed for two architectures at once
 # (installing the arm64 one removes the native one); their headers are the same, so take only the
 # arm64 libraries and CMake files out of the packages.
@@ -28,7 +30,7 @@ for dev in libyaml-cpp-dev:yaml-cpp prometheus-cpp-dev:prometheus-cpp; do
 done
 cmake -S . -B build-arm64 -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DMOAT_SECCOMP_PROGRAMS="$PWD/build/sandbox/generated/seccomp_programs.inc" >/dev/null
+  -DMOAT_SECCOMP_PROGRAMS="$PWD/build/sandbox/seccomp/generated/seccomp_programs.inc" >/dev/null
 cmake --build build-arm64 -j"$(nproc)"
 file build-arm64/bin/moat
 for t in bpf_interpreter_test seccomp_policy_test units_test \
