@@ -302,7 +302,8 @@ def tenant():
     their share of the fleet; the pre-check and approvals (controller-wide) below."""
     overview = [
         stat("Tenants active", "Tenants holding sandboxes now (among those selected).",
-             [(f"count({tenant_usage('moat_controller_tenant_sandboxes')} > 0)", "tenants")]),
+             [(f"count({tenant_usage('moat_controller_tenant_sandboxes')} > 0) or vector(0)",
+               "tenants")]),
         stat("Sandboxes", "Pending and Running sandboxes the selected tenants hold.",
              [(f"sum({tenant_usage('moat_controller_tenant_sandboxes')})", "sandboxes")]),
         stat("CPU requested", "Cores the selected tenants' sandboxes request (what max_cpu "

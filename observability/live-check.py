@@ -273,7 +273,7 @@ def fleet_work(ctl, helm, nodes):
 
 
 SMALL = {"image": {"uri": "python:3.11"}, "entrypoint": ["tail", "-f", "/dev/null"],
-         "timeout": 300, "resourceLimits": {"cpu": "250m", "memory": "128Mi"}}
+         "timeout": 900, "resourceLimits": {"cpu": "250m", "memory": "128Mi"}}
 # Tenants made through the admin API: acme may hold two sandboxes, globex one core.
 TENANTS = {"acme": {"max_sandboxes": 2}, "globex": {"max_cpu": 1}}
 
