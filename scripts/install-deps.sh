@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Installs everything moat needs to build, test and benchmark, from Debian packages only.
 # Idempotent: packages already present are left alone, and apt-get update runs only when needed.
-# usage: scripts/install-deps.sh [--with-peers] [--with-vm]
+# usage: scripts/install-deps.sh [--with-peers] [--with-vm] [--with-kube] [--with-images]
+#                               [--with-kubelet]
 #   --with-peers adds bubblewrap and crun for bench/; --with-vm adds QEMU and debootstrap for the
-#   real-kernel lane (scripts/vm-test.sh), which only that lane needs.
+#   real-kernel lane (scripts/vm-test.sh), which only that lane needs; --with-kube adds what the
+#   real-Kubernetes lane (scripts/kube-lane.sh) builds Kubernetes with (Debian's Go; the source
+#   comes from Debian's `kubernetes` source package, scripts/kube-build.sh); --with-images adds
+#   buildah, debootstrap and qemu-user-static for scripts/build-images.sh; --with-kubelet what
+#   `scripts/kube-lane.sh --kubelet` runs pods with (containerd, runc, CNI plugins, iptables).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -17,6 +22,12 @@ for arg in "$@"; do
   case "$arg" in
     --with-peers) pkgs+=(bubblewrap crun) ;;
     --with-vm) pkgs+=(qemu-system-x86 debootstrap e2fsprogs) ;;
+    # golang-go is Go 1.19, what Debian builds its kubernetes 1.20 with; reflect2 1.0.2 replaces
+    # the vendored 1.0.1, which crashes under Go >= 1.18; dpkg-dev for apt-get source.
+    --with-kube) pkgs+=(golang-go golang-github-modern-go-reflect2-dev rsync make dpkg-dev) ;;
+    --with-images) pkgs+=(buildah debootstrap qemu-user-static binutils-aarch64-linux-gnu) ;;
+    # scripts/kube-lane.sh --kubelet: the pods' runtime, kube-proxy's iptables, a DNS stand-in.
+    --with-kubelet) pkgs+=(containerd runc iptables dnsmasq-base containernetworking-plugins) ;;
   esac
 done
 # Deploy checks (scripts/deploy-check.sh): promtool and a real Prometheus, unzip for helm's npm
