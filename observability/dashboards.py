@@ -287,10 +287,102 @@ def node():
                      common_vars(False), ["node"])
 
 
+TENANT = 'cluster=~"$cluster", job=~"$job", instance=~"$instance", tenant=~"$tenant"'
+CTRL_NODE = 'cluster=~"$cluster", job=~"$job", instance=~"$instance"'
+
+
+def tenant_usage(metric):
+    # Every controller replica exports the usage it computes from the shared store; max() keeps
+    # a tenant counted once however many replicas the instance variable selects.
+    return f"max by (tenant) ({metric}{{{TENANT}}})"
+
+
+def tenant():
+    """One or more tenants (controller/tenants/): what they hold, what their quotas refused,
+    their share of the fleet; the pre-check and approvals (controller-wide) below."""
+    overview = [
+        stat("Tenants active", "Tenants holding sandboxes now (among those selected).",
+             [(f"count({tenant_usage('moat_controller_tenant_sandboxes')} > 0) or vector(0)",
+               "tenants")]),
+        stat("Sandboxes", "Pending and Running sandboxes the selected tenants hold.",
+             [(f"sum({tenant_usage('moat_controller_tenant_sandboxes')})", "sandboxes")]),
+        stat("CPU requested", "Cores the selected tenants' sandboxes request (what max_cpu "
+             "counts).", [(f"sum({tenant_usage('moat_controller_tenant_cpu_cores')})", "cores")]),
+        stat("Memory requested", "Bytes the selected tenants' sandboxes request (what "
+             "max_memory counts).",
+             [(f"sum({tenant_usage('moat_controller_tenant_memory_bytes')})", "memory")], "bytes"),
+        stat("Quota rejections (range)", "Creates a quota refused in the selected range.",
+             [(f"sum(increase(moat_controller_quota_rejections_total{{{TENANT}}}[$__range]))",
+               "rejections")]),
+        stat("Approvals pending", "High-risk commands waiting for an administrator (all "
+             "tenants).", [(f"max(moat_controller_approvals_pending{{{CTRL_NODE}}})", "pending")]),
+    ]
+    usage = [
+        row("Usage by tenant"),
+        ts("Sandboxes by tenant", "Pending and Running sandboxes each tenant holds; against "
+           "its max_sandboxes quota (moat tenant ls).",
+           [(tenant_usage("moat_controller_tenant_sandboxes"), "{{tenant}}")]),
+        ts("CPU requested by tenant", "Cores each tenant's sandboxes request.",
+           [(tenant_usage("moat_controller_tenant_cpu_cores"), "{{tenant}}")]),
+        ts("Memory requested by tenant", "Bytes each tenant's sandboxes request.",
+           [(tenant_usage("moat_controller_tenant_memory_bytes"), "{{tenant}}")], "bytes"),
+        ts("Share of the fleet's CPU", "Each tenant's requested cores over what the fleet's "
+           "nodes offer (moat_controller_allocatable): who fills the fleet.",
+           [(f"{tenant_usage('moat_controller_tenant_cpu_cores')} / scalar(max("
+             f"moat_controller_allocatable{{{CTRL_NODE}, resource=\"cpu\"}}))", "{{tenant}}")],
+           "percentunit", width=12, min=0),
+        ts("Share of the fleet's memory", "Each tenant's requested memory over the fleet's "
+           "allocatable memory.",
+           [(f"{tenant_usage('moat_controller_tenant_memory_bytes')} / scalar(max("
+             f"moat_controller_allocatable{{{CTRL_NODE}, resource=\"memory\"}}))",
+             "{{tenant}}")], "percentunit", width=12, min=0),
+        row("Quotas"),
+        ts("Quota rejections by tenant", "Creates refused per second, by tenant and the quota "
+           "that refused them: max_sandboxes, max_cpu, max_memory (403), creates_per_minute "
+           "(429).",
+           [(f"sum by (tenant, quota) (rate(moat_controller_quota_rejections_total{{{TENANT}}}"
+             f"[{RI}]))", "{{tenant}} {{quota}}")], "reqps", width=12),
+        panel("bargauge", "Top tenants by sandboxes", "The ten tenants holding the most "
+              "sandboxes now.",
+              [(f"topk(10, {tenant_usage('moat_controller_tenant_sandboxes')})", "{{tenant}}")],
+              width=12, options={"displayMode": "gradient", "orientation": "horizontal",
+                                 "reduceOptions": {"calcs": ["lastNotNull"], "fields": "",
+                                                   "values": False},
+                                 "showUnfilled": True}),
+        row("Pre-check and approvals (all tenants)"),
+        ts("Commands scanned by risk", "Commands the pre-check scanned per second, by the "
+           "risk it found (medium runs under the stricter policy, high waits for approval).",
+           [(f"sum by (risk) (rate(moat_controller_precheck_scans_total{{{CTRL_NODE}}}[{RI}]))",
+             "{{risk}}")], "ops", width=12),
+        ts("Held commands decided", "High-risk commands decided since the controller started, "
+           "by outcome (approved, rejected, timed out); pending ones beside them.",
+           [(f"max by (outcome) (moat_controller_approvals_decided{{{CTRL_NODE}}})",
+             "{{outcome}}"),
+            (f"max(moat_controller_approvals_pending{{{CTRL_NODE}}})", "pending")], width=12),
+    ]
+    variables = [
+        datasource_var(),
+        query_var("cluster", "cluster", "label_values(moat_controller_tenant_sandboxes, cluster)"),
+        query_var("job", "controller job",
+                  'label_values(moat_controller_tenant_sandboxes{cluster=~"$cluster"}, job)'),
+        query_var("instance", "controller replica",
+                  'label_values(moat_controller_tenant_sandboxes{cluster=~"$cluster", '
+                  'job=~"$job"}, instance)'),
+        query_var("tenant", "tenant",
+                  'label_values(moat_controller_tenant_sandboxes{cluster=~"$cluster", '
+                  'job=~"$job", instance=~"$instance"}, tenant)'),
+    ]
+    return dashboard("moat-tenant", "moat / Tenant", "One or more moat tenants: the sandboxes, "
+                     "CPU and memory they hold, their share of the fleet, what their quotas "
+                     "refused; the pre-check and approvals.", overview + usage, variables,
+                     ["tenant"])
+
+
 def main():
     check = "--check" in sys.argv[1:]
     stale = []
-    for name, d in [("moat-fleet.json", fleet()), ("moat-node.json", node())]:
+    for name, d in [("moat-fleet.json", fleet()), ("moat-node.json", node()),
+                    ("moat-tenant.json", tenant())]:
         text = json.dumps(d, indent=2, sort_keys=True) + "\n"
         path = OUT / name
         if check:

@@ -5,7 +5,8 @@ Prometheus for.
 
   lint.py dashboards [FILE..] datasource/cluster/job/instance variables, every panel and target
                               on ${datasource}, $__rate_interval in every rate, job/instance
-                              matchers on every selector, stable unique uids, valid PromQL
+                              matchers on every selector (and tenant, on a dashboard with a
+                              tenant variable), stable unique uids, valid PromQL
                               (each expression parsed by `promtool check rules`)
   lint.py rules               severity/summary/description/runbook_url on every alert, a runbook
                               in docs/runbooks/ for each, each alert tested firing and not firing
@@ -29,12 +30,16 @@ DASHBOARDS = sorted((ROOT / "charts/moat/files/dashboards").glob("*.json"))
 RULE_FILES = sorted((ROOT / "charts/moat/files/rules").glob("*.yaml"))
 ALERT_TESTS = ROOT / "observability/tests/alerts-test.yaml"
 RUNBOOKS = ROOT / "docs/runbooks"
-STABLE_UIDS = {"moat-fleet", "moat-node"}
+STABLE_UIDS = {"moat-fleet", "moat-node", "moat-tenant"}
 SEVERITIES = {"critical", "warning", "info"}
+# Metrics with a tenant label: on a dashboard with a tenant variable they must be filtered by it.
+TENANT_METRICS = ("moat_controller_tenant_", "moat_controller_quota_rejections_total")
 RANGE_FUNCS = ("rate", "irate", "increase", "delta", "idelta", "deriv")
 # Values a live check gives the dashboards' variables.
 LIVE_VARS = {"$__rate_interval": "30s", "$__range": "5m", "$cluster": ".*", "$job": "moat-agent",
-             "$instance": ".*", "$controller_job": "moat-controller"}
+             "$instance": ".*", "$controller_job": "moat-controller", "$tenant": ".*"}
+# Dashboards whose job variable selects the controller, not the agents.
+LIVE_VARS_BY_UID = {"moat-tenant": {"$job": "moat-controller"}}
 
 problems = []
 
@@ -129,12 +134,12 @@ def lint_dashboards(paths):
                 expr = t.get("expr", "")
                 if t.get("datasource", {}).get("uid") != "${datasource}":
                     problem(where, "target datasource must be ${datasource}")
-                lint_expr(where, expr)
-                exprs.append((where, substitute(expr)))
+                lint_expr(where, expr, "tenant" in variables)
+                exprs.append((where, substitute(expr, uid)))
     promql_valid(exprs)
 
 
-def lint_expr(where, expr):
+def lint_expr(where, expr, tenant_var=False):
     bare = strip_strings(expr)
     for fn in RANGE_FUNCS:
         for m in re.finditer(rf"\b{fn}\s*\(", bare):
@@ -154,11 +159,16 @@ def lint_expr(where, expr):
             problem(where, f"{metric} needs a cluster=~\"$cluster\" matcher")
         if not metric.startswith("moat_controller_") and labels.get("instance") != "$instance":
             problem(where, f"{metric} needs an instance=~\"$instance\" matcher")
+        if tenant_var and metric.startswith(TENANT_METRICS) and labels.get("tenant") != "$tenant":
+            problem(where, f"{metric} needs a tenant=~\"$tenant\" matcher")
 
 
-def substitute(expr):
-    for k in sorted(LIVE_VARS, key=len, reverse=True):
-        expr = expr.replace(k, LIVE_VARS[k])
+def substitute(expr, uid=None):
+    """expr with the dashboard variables replaced by what a live check gives them (the
+    dashboard's uid picks its own values where LIVE_VARS_BY_UID says so)."""
+    values = dict(LIVE_VARS, **LIVE_VARS_BY_UID.get(uid, {}))
+    for k in sorted(values, key=len, reverse=True):
+        expr = expr.replace(k, values[k])
     return expr
 
 
@@ -211,7 +221,7 @@ def queries():
     for path in DASHBOARDS:
         d = json.loads(path.read_text())
         for p, t in dashboard_targets(d):
-            yield f"{path.name}: {p['title']} [{t['refId']}]", substitute(t["expr"])
+            yield f"{path.name}: {p['title']} [{t['refId']}]", substitute(t["expr"], d.get("uid"))
     for path, r in rules():
         yield f"{path.name}: {r.get('alert') or r.get('record')}", " ".join(r["expr"].split())
 

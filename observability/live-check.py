@@ -106,9 +106,13 @@ class Controller:
         self.join_token = secret_file(self.dir / "join-token", secrets.token_hex(32) + "\n")
         self.port = free_port()
         config = chart_file(helm, "templates/controller-configmap.yaml", "controller.yaml")
+        # An admin key turns tenants with quotas on (the tenant dashboard reads them).
+        self.admin_key = secrets.token_hex(24)
+        self.tenant_keys = {}
         config.update(listen={"address": "127.0.0.1", "port": self.port},
                       state_dir=str(self.dir / "state"), join_token_file=self.join_token,
-                      api_keys_file=secret_file(self.dir / "api-keys", f"live {self.key}\n"))
+                      api_keys_file=secret_file(self.dir / "api-keys", f"live {self.key}\n"),
+                      admin_key_file=secret_file(self.dir / "admin.key", self.admin_key + "\n"))
         (self.dir / "controller.yaml").write_text(yaml.safe_dump(config))
         self.log = open(self.dir / "controller.log", "w")
         self.proc = subprocess.Popen([str(bin_dir / "moat-controller"), "--config",
@@ -117,9 +121,12 @@ class Controller:
         self.url = f"http://127.0.0.1:{self.port}"
         self.name = "controller"
 
-    def api(self, method, path, body=None, timeout=60):
-        return http(method, self.url + path, self.key, body, header="OPEN-SANDBOX-API-KEY",
-                    timeout=timeout)
+    def api(self, method, path, body=None, timeout=60, key=None):
+        return http(method, self.url + path, key or self.key, body,
+                    header="OPEN-SANDBOX-API-KEY", timeout=timeout)
+
+    def admin(self, method, path, body=None):
+        return http(method, self.url + path, self.admin_key, body)
 
     def wait_healthy(self):
         for _ in range(200):
@@ -265,6 +272,51 @@ def fleet_work(ctl, helm, nodes):
     ctl.api("GET", "/v1/sandboxes/no-such-sandbox")
 
 
+SMALL = {"image": {"uri": "python:3.11"}, "entrypoint": ["tail", "-f", "/dev/null"],
+         "timeout": 900, "resourceLimits": {"cpu": "250m", "memory": "128Mi"}}
+# Tenants made through the admin API: acme may hold two sandboxes, globex one core.
+TENANTS = {"acme": {"max_sandboxes": 2}, "globex": {"max_cpu": 1}}
+
+
+def tenant_work(ctl):
+    """For the tenant dashboard: two tenants with quotas and keys made through the admin API,
+    each holding sandboxes, acme refused by its max_sandboxes quota once. Returns what they
+    hold: [(tenant, sandbox id)]."""
+    for name, quota in TENANTS.items():
+        code, text = ctl.admin("POST", "/v1/admin/tenants", {"name": name, "quota": quota})
+        if code != 201:
+            raise RuntimeError(f"making tenant {name} answered {code}: {text[:300]}")
+        code, text = ctl.admin("POST", f"/v1/admin/tenants/{name}/keys")
+        if code != 201:
+            raise RuntimeError(f"a key for tenant {name} answered {code}: {text[:300]}")
+        ctl.tenant_keys[name] = json.loads(text)["key"]
+    held = []
+    for name, n in (("acme", 2), ("globex", 1)):
+        for _ in range(n):
+            code, text = ctl.api("POST", "/v1/sandboxes", SMALL, key=ctl.tenant_keys[name])
+            if code not in (200, 201, 202):
+                raise RuntimeError(f"create as tenant {name} answered {code}: {text[:300]}")
+            held.append((name, json.loads(text)["id"]))
+    code, text = ctl.api("POST", "/v1/sandboxes", SMALL, key=ctl.tenant_keys["acme"])
+    if code != 403 or "max_sandboxes" not in text:
+        fail(f"acme's third sandbox: {code} {text[:300]}, expected 403 naming max_sandboxes")
+    else:
+        print("ok   tenants acme and globex hold sandboxes; acme's quota refused a third (403)")
+    return held
+
+
+def tenant_round(ctl, rnd, held):
+    """One round of tenant load for the pictures: a create (which the quotas may refuse) and a
+    delete now and then."""
+    name = rnd.choice(sorted(ctl.tenant_keys))
+    code, text = ctl.api("POST", "/v1/sandboxes", SMALL, key=ctl.tenant_keys[name])
+    if code in (200, 201, 202):
+        held.append((name, json.loads(text)["id"]))
+    while held and (len(held) > 4 or rnd.random() < 0.3):
+        t, sid = held.pop(rnd.randrange(len(held)))
+        ctl.api("DELETE", f"/v1/sandboxes/{sid}", key=ctl.tenant_keys[t])
+
+
 def busy(agents, seconds, ctl=None):
     """Uneven load for the pictures: bursts of creates, commands, violations and deletes (a
     controller in the list gets a create and a delete now and then)."""
@@ -272,10 +324,13 @@ def busy(agents, seconds, ctl=None):
     rnd = random.Random(7)
     end = time.time() + seconds
     held = {a.name: [] for a in agents}
+    tenant_held = []
     errors = []
     while time.time() < end:
         try:
             busy_round(agents, ctl, rnd, held)
+            if ctl and ctl.tenant_keys:
+                tenant_round(ctl, rnd, tenant_held)
         except RuntimeError as e:  # a load generator: report, do not stop the pictures
             errors.append(str(e))
             print(f"busy: {e}", flush=True)
@@ -283,6 +338,8 @@ def busy(agents, seconds, ctl=None):
     for a in agents:
         for b in held[a.name]:
             a.delete(b)
+    for t, sid in tenant_held:
+        ctl.api("DELETE", f"/v1/sandboxes/{sid}", key=ctl.tenant_keys[t])
     if errors:
         print(f"busy: {len(errors)} request(s) failed while the agents were kept busy")
 
@@ -410,6 +467,7 @@ def main():
         prom, prom_log = prometheus(work_dir, agents, prom_port, ctl)
         if ctl:
             fleet_work(ctl, args.helm, len(agents))
+            tenant_held = tenant_work(ctl)
         live = [work(a) for a in agents]
         print("ok   the agents did work: warm and cold starts, commands, violations, egress, "
               "deletes")
@@ -461,6 +519,16 @@ def main():
             for line in ctl.metrics().splitlines():
                 if line.startswith("moat_controller_"):
                     ctl_names.add(line.split("{")[0].split(" ")[0])
+            # The tenant dashboard reads only the controller: each metric it names must be
+            # in the controller's scrape, none may wait.
+            tenant_names = {n for where, e in lint.queries() if where.startswith("moat-tenant")
+                            for n in lint.metric_names(e)}
+            for n in sorted(tenant_names - ctl_names):
+                fail(f"metric {n} (named by the tenant dashboard) is not in moat-controller's "
+                     "scrape")
+            print(f"ok   all {len(tenant_names)} metrics the tenant dashboard names are in "
+                  "moat-controller's scrape" if tenant_names <= ctl_names else
+                  "FAIL the tenant dashboard names metrics moat-controller does not export")
 
         # 3. Every dashboard query over agent metrics (and exported controller ones) has data.
         waiting, results = [], {}

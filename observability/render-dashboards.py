@@ -95,7 +95,7 @@ def render(base, dashboard_path, out_dir, minutes):
         waits = any("moat_controller_" in t["expr"] for t in p["targets"])
         drawn = 0
         for t in p["targets"]:
-            expr = lint.substitute(t["expr"])
+            expr = lint.substitute(t["expr"], d["uid"])
             if instance:
                 expr = expr.replace('instance=~".*"', f'instance=~"{instance}"')
             if p["type"] == "stat":

@@ -6,13 +6,18 @@
 # debian:bookworm-slim from.
 #
 # usage: sudo scripts/build-images.sh [--arch amd64|arm64]... [--bin-dir ARCH=DIR]... [--tag TAG]
-#   --arch      architectures to build (default: amd64; arm64 runs debootstrap's second stage
-#               under qemu-user-static, about half an hour here)
+#                                    [--roots-only]
+#   --arch      architectures to build (default: amd64; arm64: Debian's arm64 packages unpacked
+#               without debootstrap's second stage, the binaries checked under qemu-user-static)
 #   --bin-dir   where an architecture's binaries are (default amd64=build/bin,
 #               arm64=build-arm64/bin, as scripts/cross-arm64.sh builds them)
 #   --tag       image tag (default: the chart's appVersion)
+#   --roots-only  only make (or refresh) the cached Debian roots, the part that needs the
+#               mirror; the images follow once the binaries are built
 # Output in build/images/: moat-agent-TAG-ARCH.tar, moat-controller-TAG-ARCH.tar (OCI archives;
-# `ctr -n k8s.io images import` takes them) and *.contents.txt listing every file with its size.
+# `ctr -n k8s.io images import` takes them), moat-agent-TAG.tar and moat-controller-TAG.tar (an
+# OCI image index over every architecture built) and *.contents.txt listing every file with its
+# size.
 # An image whose binary is missing (moat-controller before it is built) is skipped with a note.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +26,7 @@ for tool in buildah debootstrap; do
   command -v "$tool" >/dev/null || { echo "build-images: $tool is missing: apt-get install buildah debootstrap" >&2; exit 1; }
 done
 archs=()
+roots_only=0
 declare -A bins=([amd64]="$PWD/build/bin" [arm64]="$PWD/build-arm64/bin")
 tag="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' charts/moat/Chart.yaml)"
 while [ $# -gt 0 ]; do
@@ -28,6 +34,7 @@ while [ $# -gt 0 ]; do
     --arch) archs+=("$2"); shift ;;
     --bin-dir) bins["${2%%=*}"]="$(cd "${2#*=}" && pwd)"; shift ;;
     --tag) tag="$2"; shift ;;
+    --roots-only) roots_only=1 ;;
     *) sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; exit 2 ;;
   esac
   shift
@@ -48,6 +55,10 @@ declare -A include=(
 )
 declare -A binaries=([agent]="moat-agent moat-init moat-probe" [controller]="moat-controller")
 
+qemu_for() {  # $1 = a Debian architecture: its qemu-user binary
+  case "$1" in arm64) echo qemu-aarch64-static ;; *) echo "qemu-$1-static" ;; esac
+}
+
 root_for() {  # $1 = image, $2 = arch: a trimmed debootstrap root, cached by its package list
   local root="$out/roots/$1-$2" stamp="${include[$1]}"
   if [ "$(cat "$root.stamp" 2>/dev/null)" != "$stamp" ]; then
@@ -55,11 +66,22 @@ root_for() {  # $1 = image, $2 = arch: a trimmed debootstrap root, cached by its
     if [ "$2" = "$(dpkg --print-architecture)" ]; then
       debootstrap --variant=minbase --arch "$2" --include="${include[$1]}" bookworm "$root" "$mirror" >&2
     else
-      command -v qemu-aarch64-static >/dev/null || { echo "build-images: $2 needs qemu-user-static" >&2; exit 1; }
+      # debootstrap's second stage runs every maintainer script under qemu-user: ~30 min here.
+      # A runtime image needs none of them but two, so: the first stage (fetches every package,
+      # unpacks the required ones), every fetched package unpacked the same way, then what the
+      # images need of the configuration: the account files (base-passwd's postinst) and the
+      # dynamic linker's cache (ldconfig, under qemu). Each binary is then started in the root.
+      command -v "$(qemu_for "$2")" >/dev/null || { echo "build-images: $2 needs qemu-user-static" >&2; exit 1; }
       debootstrap --foreign --variant=minbase --arch "$2" --include="${include[$1]}" bookworm "$root" "$mirror" >&2
-      cp /usr/bin/qemu-aarch64-static "$root/usr/bin/"
-      chroot "$root" /debootstrap/debootstrap --second-stage >&2
-      rm -f "$root/usr/bin/qemu-aarch64-static"
+      for deb in "$root"/var/cache/apt/archives/*.deb; do
+        dpkg-deb --fsys-tarfile "$deb" | tar -x --keep-directory-symlink -C "$root"
+      done
+      cp "$root/usr/share/base-passwd/passwd.master" "$root/etc/passwd"
+      cp "$root/usr/share/base-passwd/group.master" "$root/etc/group"
+      cp "/usr/bin/$(qemu_for "$2")" "$root/usr/bin/"
+      chroot "$root" "/usr/bin/$(qemu_for "$2")" /sbin/ldconfig
+      rm -f "$root/usr/bin/$(qemu_for "$2")"
+      rm -rf "$root/debootstrap"
     fi
     # What a runtime image does not need: package caches, docs, manuals, translations.
     rm -rf "$root"/var/cache/apt/* "$root"/var/lib/apt/lists/* "$root"/usr/share/doc \
@@ -68,6 +90,11 @@ root_for() {  # $1 = image, $2 = arch: a trimmed debootstrap root, cached by its
   fi
   echo "$root"
 }
+
+if [ $roots_only = 1 ]; then
+  for image in agent controller; do for arch in "${archs[@]}"; do root_for "$image" "$arch"; done; done
+  exit 0
+fi
 
 built=()
 for image in agent controller; do
@@ -94,13 +121,25 @@ for image in agent controller; do
       if command -v "$strip" >/dev/null; then "$strip" --strip-debug "$stripped/$b"; fi
       buildah copy --quiet --chmod 0755 "$ctr" "$stripped/$b" "/usr/local/bin/$b" >/dev/null
     done
-    # The binary starts in the image's root: every shared library it needs is there.
-    if [ "$arch" = "$(dpkg --print-architecture)" ]; then
-      mnt="$(buildah mount "$ctr")"
-      chroot "$mnt" "/usr/local/bin/$name" --help >/dev/null 2>&1 || chroot "$mnt" "/usr/local/bin/$name" --version >/dev/null \
-        || { echo "build-images: $name does not start in its image's root" >&2; buildah umount "$ctr"; exit 1; }
-      buildah umount "$ctr" >/dev/null
+    # Each binary starts in the image's root (another architecture's under qemu-user): every
+    # shared library it needs is there. (--help: the usage, or a usage error; the dynamic
+    # linker's failure is exit status 127 and "error while loading shared libraries".)
+    mnt="$(buildah mount "$ctr")"
+    emu=()
+    if [ "$arch" != "$(dpkg --print-architecture)" ]; then
+      cp "/usr/bin/$(qemu_for "$arch")" "$mnt/usr/bin/"
+      emu=("/usr/bin/$(qemu_for "$arch")")
     fi
+    for b in ${binaries[$image]}; do
+      rc=0
+      said="$(chroot "$mnt" "${emu[@]}" "/usr/local/bin/$b" --help 2>&1)" || rc=$?
+      if [ $rc = 127 ] || grep -q "error while loading shared libraries" <<<"$said"; then
+        echo "build-images: $b ($arch) does not start in its image's root: $said" >&2
+        buildah umount "$ctr" >/dev/null; exit 1
+      fi
+    done
+    [ ${#emu[@]} = 0 ] || rm -f "$mnt${emu[0]}"
+    buildah umount "$ctr" >/dev/null
     buildah config --os linux --arch "$arch" \
       --entrypoint "[\"/usr/local/bin/$name\"]" --cmd "--config /etc/moat/$image.yaml" \
       --label org.opencontainers.image.title="$name" \
@@ -126,7 +165,14 @@ for image in agent controller; do
     added=1
     built+=("$out/$name-$tag-$arch.tar")
   done
-  [ $added = 0 ] || echo "build-images: manifest list $manifest for ${archs[*]}"
+  [ $added = 0 ] && continue
+  # Every architecture in one OCI archive: an image index over the per-architecture images.
+  buildah manifest push --quiet --all --format oci "$manifest" \
+    "oci-archive:$out/$name-$tag.tar:moat/$name:$tag" >/dev/null
+  echo "build-images: $name:$tag, an OCI index for $(buildah manifest inspect "$manifest" \
+    | python3 -c 'import json, sys; print(" ".join(m["platform"]["architecture"] for m in json.load(sys.stdin)["manifests"]))'):" \
+    "$out/$name-$tag.tar ($(du -m "$out/$name-$tag.tar" | cut -f1) MiB)"
+  built+=("$out/$name-$tag.tar")
 done
 [ ${#built[@]} -gt 0 ] || { echo "build-images: built nothing" >&2; exit 1; }
 printf 'build-images: %s\n' "${built[@]}"

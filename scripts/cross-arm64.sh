@@ -24,7 +24,9 @@ if ! dpkg --print-foreign-architectures | grep -qx arm64; then dpkg --add-archit
 pkgs=(g++-aarch64-linux-gnu qemu-user-static gcc-arm-linux-gnueabihf
       libseccomp-dev:arm64 libabsl-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64
       libyaml-cpp0.7:arm64 libssl-dev:arm64 libcpp-httplib-dev:arm64
-      libprometheus-cpp-core1.0:arm64 libprometheus-cpp-pull1.0:arm64)
+      libprometheus-cpp-core1.0:arm64 libprometheus-cpp-pull1.0:arm64
+      libprometheus-cpp-push1.0:arm64 libcivetweb-dev:arm64 libcurl4-openssl-dev:arm64
+      libsqlite3-dev:arm64)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

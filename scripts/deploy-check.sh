@@ -122,6 +122,17 @@ promtool test rules observability/tests/alerts-test.yaml || bad "promtool test r
 observability/lint.py rules || bad "alert conventions"
 
 step "dashboards: generated, linted (dashboard-linter's rules), and the lint's own test"
+/usr/bin/python3 - "$tmp/render-monitoring.yaml" charts/moat/files/dashboards/*.json <<'PY' \
+  && echo "ok   every dashboard is in a grafana_dashboard ConfigMap" || bad "dashboards ConfigMaps"
+import json, pathlib, sys, yaml
+shipped = {}
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and d.get("kind") == "ConfigMap" and d["metadata"].get("labels", {}).get("grafana_dashboard") == "1":
+        for key, text in d["data"].items():
+            shipped[key] = json.loads(text)["uid"]
+want = {pathlib.Path(f).name: json.load(open(f))["uid"] for f in sys.argv[2:]}
+assert shipped == want, f"ConfigMaps carry {shipped}, the dashboards are {want}"
+PY
 observability/dashboards.py --check && echo "ok   dashboards match observability/dashboards.py" \
   || bad "dashboards out of date"
 observability/lint.py dashboards || bad "dashboard lint"

@@ -12,7 +12,8 @@ fail=0
 "$lint" dashboards >/dev/null || { echo "FAIL: the shipped dashboards do not lint"; fail=1; }
 
 expect() {  # $1 = python expression that breaks dashboard d; $2 = message the lint must print
-  /usr/bin/python3 - "$src" "$tmp/broken.json" "$1" <<'PY'
+  # $3 = the dashboard to break (default: the node dashboard)
+  /usr/bin/python3 - "${3:-$src}" "$tmp/broken.json" "$1" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 exec(sys.argv[3])
@@ -44,4 +45,10 @@ expect "$first"'["targets"][0]["expr"] = "sum(moat_sandboxes{cluster=~\"\$cluste
   'moat_sandboxes needs an instance=~"$instance" matcher'
 expect "$first"'["targets"][0]["expr"] = "sum(moat_sandboxes{cluster=~\"\$cluster\", job=~\"\$job\", instance=~\"\$instance\"}"' \
   'PromQL does not parse'
+# The tenant dashboard: its tenant metrics must follow the tenant variable.
+tenant="$here/charts/moat/files/dashboards/moat-tenant.json"
+expect "$first"'["targets"][0]["expr"] = "sum(moat_controller_tenant_sandboxes{cluster=~\"\$cluster\", job=~\"\$job\", instance=~\"\$instance\"})"' \
+  'moat_controller_tenant_sandboxes needs a tenant=~"$tenant" matcher' "$tenant"
+expect 'd["templating"]["list"] = [v for v in d["templating"]["list"] if v["name"] != "job"]' \
+  "needs a job variable" "$tenant"
 exit $fail
