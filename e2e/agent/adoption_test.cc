@@ -145,6 +145,50 @@ TEST_F(AdoptionE2eTest, CommandRunsAcrossStopAndStart) { CommandCarriesOverARest
 
 TEST_F(AdoptionE2eTest, CommandRunsAcrossKillAndStart) { CommandCarriesOverARestart(SIGKILL); }
 
+// A command's timeout counts across the restart: the new agent ends it when it is due (at once
+// if it fell due while no agent ran), as the first would have.
+TEST_F(AdoptionE2eTest, ACarriedOverCommandKeepsItsTimeout) {
+  const std::string marker = absl::StrCat("8", ::getpid(), "31");
+  const AgentSetup setup{.restart_grace = "30s"};
+  std::unique_ptr<AgentProcess> agent = StartAgent(setup);
+  ASSERT_NE(agent, nullptr);
+  auto sandbox = agent->CreateSandbox();
+  ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+  const auto& [id, token] = *sandbox;
+  CommandRun bg = agent->Run(id, token, absl::StrCat("echo started; sleep 300.", marker), nullptr,
+                             R"({"background": true, "timeout": 4000})");
+  ASSERT_EQ(bg.http_status, 200);
+  std::string command;
+  for (const nlohmann::json& e : bg.events) {
+    if (e.value("type", "") == "init") command = e.value("text", "");
+  }
+  ASSERT_FALSE(command.empty());
+  for (int i = 0; i < 100 && ProcessesWith(marker).empty(); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_FALSE(ProcessesWith(marker).empty());
+  const std::string state_dir = agent->state_dir();
+  agent->KeepDirectory();
+  agent->Stop();
+  EXPECT_FALSE(ProcessesWith(marker).empty()) << "the command ended with its agent";
+
+  std::unique_ptr<AgentProcess> restarted = StartAgent(setup, state_dir);
+  ASSERT_NE(restarted, nullptr);
+  // Without its deadline it would sleep on for 300 s; WaitEnded gives up after about 15.
+  const nlohmann::json status = WaitEnded(*restarted, id, token, command);
+  EXPECT_EQ(status.value("status", ""), "timed_out") << status.dump();
+  EXPECT_EQ(status.value("exit_code", -1), 137) << status.dump();
+  EXPECT_THAT(ProcessesWith(marker), IsEmpty());
+  auto [code, logs] = Execd(*restarted, id, token, "/command/" + command + "/logs");
+  EXPECT_EQ(logs, "started\n");
+
+  // A command without a timeout is not given one.
+  EXPECT_EQ(restarted->Run(id, token, "sleep 1; echo slept").stdout_text, "slept\n");
+  EXPECT_EQ(restarted->Node("DELETE", "/v1/sandboxes/" + id).first, 200);
+  restarted.reset();
+  std::filesystem::remove_all(std::filesystem::path(state_dir).parent_path());
+}
+
 // Nobody re-adopts the sandbox: it lives through the grace, then ends itself; the next agent
 // cleans its cgroups and records and does not serve it.
 TEST_F(AdoptionE2eTest, SandboxEndsItselfAfterTheGrace) {

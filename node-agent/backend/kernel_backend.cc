@@ -89,8 +89,9 @@ uint64_t StartTimeOf(pid_t pid) {
   return start;
 }
 
-// A spool frame: one byte ('t' the tag, 'o' stdout, 'e' stderr), the command's seq and the
-// length (4 bytes each), the bytes. One append-only file per sandbox: no file per command.
+// A spool frame: one byte ('t' the tag, 'd' the deadline in Unix nanoseconds as text, 'o' stdout,
+// 'e' stderr), the command's seq and the length (4 bytes each), the bytes. One append-only file
+// per sandbox: no file per command.
 constexpr size_t kFrameHeader = 9;
 void WriteFrame(int fd, char type, uint32_t seq, absl::string_view data) {
   if (fd < 0) return;
@@ -508,6 +509,11 @@ absl::StatusOr<std::string> KernelBackend::Exec(absl::string_view id, const Exec
       // Before the loop may read output (it watches the pipes from here on).
       command->spool = box->spool;
       WriteFrame(command->spool->get(), 't', command->seq, request.tag);
+      // Its deadline, so that a restarted agent still ends it on time (Adopt).
+      if (command->deadline != absl::InfiniteFuture()) {
+        WriteFrame(command->spool->get(), 'd', command->seq,
+                   absl::StrCat(absl::ToUnixNanos(command->deadline)));
+      }
     }
   }
   absl::Status sent = box->sandbox->SendExec(
@@ -1117,8 +1123,12 @@ absl::StatusOr<std::shared_ptr<KernelBackend::Box>> KernelBackend::AdoptOne(
     ci.exited = c.exited;
     ReadFrames(spooled, [&](char type, uint32_t seq, absl::string_view data) {
       if (seq != c.seq) return;
+      int64_t deadline_ns = 0;
       if (type == 't') {
         ci.tag = std::string(data);
+      } else if (type == 'd') {
+        if (absl::SimpleAtoi(data, &deadline_ns))
+          command->deadline = absl::FromUnixNanos(deadline_ns);
       } else {
         command->spooled.emplace_back(type, std::string(data));
       }
@@ -1144,6 +1154,7 @@ absl::StatusOr<std::shared_ptr<KernelBackend::Box>> KernelBackend::AdoptOne(
     }
     boxes_[id] = box;
   }
+  Wake();  // the deadlines of its commands count again
   std::move(undo).Cancel();
   std::move(unstart).Cancel();
   return box;
