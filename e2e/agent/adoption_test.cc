@@ -9,7 +9,9 @@
 
 #include <filesystem>
 #include <string>
+#include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -184,6 +186,64 @@ TEST_F(AdoptionE2eTest, ACarriedOverCommandKeepsItsTimeout) {
 
   // A command without a timeout is not given one.
   EXPECT_EQ(restarted->Run(id, token, "sleep 1; echo slept").stdout_text, "slept\n");
+  EXPECT_EQ(restarted->Node("DELETE", "/v1/sandboxes/" + id).first, 200);
+  restarted.reset();
+  std::filesystem::remove_all(std::filesystem::path(state_dir).parent_path());
+}
+
+// A sandbox with egress is kept across the restart too: the new agent serves its proxy again
+// from the policy in the record, so an allowed request to a server on the host's loopback goes
+// through and a refused one is refused, and reported (the observer is wired again), after it.
+TEST_F(AdoptionE2eTest, ASandboxWithEgressKeepsItsProxy) {
+  if (::access("/usr/bin/curl", X_OK) != 0) GTEST_SKIP() << "the host root has no curl";
+  httplib::Server web;
+  web.Get("/hi", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("hello", "text/plain");
+  });
+  const int port = web.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  std::thread serving([&web] { web.listen_after_bind(); });
+  auto stop_web = absl::MakeCleanup([&] {
+    web.stop();
+    serving.join();
+  });
+  const AgentSetup setup{.restart_grace = "30s"};
+  std::unique_ptr<AgentProcess> agent = StartAgent(setup);
+  ASSERT_NE(agent, nullptr);
+  const nlohmann::json create = {
+      {"profile", "default"},
+      {"ttl_seconds", 600},
+      {"policy",
+       {{"network", {{"allowedDomains", {"127.0.0.1"}}, {"allowedCidrs", {"127.0.0.1/32"}}}}}}};
+  auto sandbox = agent->CreateSandbox(create.dump());
+  ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+  const auto& [id, token] = *sandbox;
+  // Through the proxy its environment names (--noproxy '': not even for loopback); 127.0.0.2 is
+  // not an allowed name.
+  const std::string requests = absl::StrCat(
+      "curl --noproxy '' -s --max-time 10 -w ' %{http_code}\\n' http://127.0.0.1:", port,
+      "/hi; curl --noproxy '' -s --max-time 10 -o /dev/null -w '%{http_code}\\n' "
+      "http://127.0.0.2:",
+      port, "/hi");
+  EXPECT_EQ(agent->Run(id, token, requests).stdout_text, "hello 200\n403\n");
+  const std::string state_dir = agent->state_dir();
+  agent->KeepDirectory();
+  agent->Stop();
+
+  std::unique_ptr<AgentProcess> restarted = StartAgent(setup, state_dir);
+  ASSERT_NE(restarted, nullptr);
+  EXPECT_THAT(restarted->Log(), HasSubstr(absl::StrCat("sandbox ", id, " is served again")));
+  EXPECT_EQ(restarted->Run(id, token, requests).stdout_text, "hello 200\n403\n");
+  bool reported = false;
+  for (int i = 0; i < 100 && !reported; ++i) {
+    auto [code, events] = restarted->Node("GET", "/v1/events");
+    for (const auto& e : events["events"]) {
+      reported |= e["sandbox_id"] == id && e["type"] == "violation" && e["kind"] == "egress" &&
+                  e["detail"].dump().find("127.0.0.2") != std::string::npos;
+    }
+    if (!reported) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(reported) << "the new agent does not hear of the refused request";
   EXPECT_EQ(restarted->Node("DELETE", "/v1/sandboxes/" + id).first, 200);
   restarted.reset();
   std::filesystem::remove_all(std::filesystem::path(state_dir).parent_path());

@@ -311,8 +311,9 @@ absl::StatusOr<CreatedSandbox> KernelBackend::Create(const SandboxSpec& spec) {
   options.mounts = std::move(isolation.mounts);
   options.mounts.root_dir = spec.root_dir.empty() ? "/" : spec.root_dir;
   options.mounts.tmpfs_bytes = box->limits.tmpfs_bytes;
-  // Its proxy lives in the agent: a sandbox with egress cannot outlive it.
-  if (!isolation.egress && options_.restart_grace > absl::ZeroDuration()) {
+  // A sandbox with egress outlives the agent too: its proxy lives in the agent, and the next one
+  // serves it again from the policy kept in the record (AdoptOne); meanwhile nothing listens.
+  if (options_.restart_grace > absl::ZeroDuration()) {
     options.restart_grace_ms =
         static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.restart_grace));
     // Not named after this agent's pid: once it is gone, any moat process's stale-cgroup
@@ -439,7 +440,9 @@ absl::Status KernelBackend::WriteRecord(const Box& box) {
                            {"probe_pid", box.probe_pid},
                            {"probe_start", box.probe_start},
                            {"mounts", box.mounts},
-                           {"cpus", box.limits.cpus}};
+                           {"cpus", box.limits.cpus},
+                           // For its egress (AdoptOne): the policy, as the agent gave it.
+                           {"policy", box.spec.policy}};
   // Atomically: a reader (the next agent) sees the old record or the new one, never half.
   const std::string tmp = absl::StrCat(box.record_path, ".tmp");
   {
@@ -938,7 +941,7 @@ absl::StatusOr<CleanupReport> KernelBackend::CleanLeftovers() {
 namespace moat::agent {
 
 void KernelBackend::Release() {
-  // Those that cannot outlive the agent (no grace: egress, or none configured) end cleanly now.
+  // Those that cannot outlive the agent (no grace configured) end cleanly now.
   std::vector<std::string> ending;
   {
     absl::MutexLock lock(&mu_);
@@ -1091,7 +1094,28 @@ absl::StatusOr<std::shared_ptr<KernelBackend::Box>> KernelBackend::AdoptOne(
   box->init_start = init_start;
   box->mounts = record.value("mounts", 0);
   box->record_path = absl::StrCat(options_.state_dir, "/sandboxes/", id, ".json");
+  box->spec.policy = record.value("policy", "");
   auto undo = absl::MakeCleanup([&] { box->sandbox->Destroy(); });
+  // Its egress, as Create made it: the same rules, audit log and observer, served by us now.
+  ASSIGN_OR_RETURN(sandbox::Policy policy,
+                   ParseAgentPolicy(box->spec.policy, absl::StrCat("policy of ", id)));
+  ASSIGN_OR_RETURN(sandbox::Isolation isolation,
+                   sandbox::IsolationFor(policy, {.host = host_,
+                                                  .audit_log = options_.audit_log,
+                                                  .private_paths = {options_.state_dir}}));
+  if (isolation.egress) {
+    egress::EgressOptions e = *std::move(isolation.egress);
+    e.sandbox_id = id;
+    if (options_.on_egress) {
+      e.observer = [cb = options_.on_egress, sid = std::string(id)](
+                       bool allowed, const std::string& detail) { cb(sid, allowed, detail); };
+    }
+    absl::Status resumed = box->sandbox->ResumeEgress(e);
+    if (!resumed.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("its egress could not be served again: ", resumed.message()));
+    }
+  }
   box->root.reset(
       ::open(absl::StrCat("/proc/", init, "/root").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!box->root) return ErrnoStatus("open the sandbox's root from outside");
