@@ -654,7 +654,20 @@ Throughput MoatThroughput(const Agent& agent, const std::vector<Agent::Sandbox>&
   return result;
 }
 
-// The agent's sandbox cgroups in the memory hierarchy: <mount>/moat/<agent pid>-* and keep-sb-*.
+// Does a process of `cgroup` have the agent as its parent (the sandbox's init)?
+bool HoldsAChildOf(const std::string& cgroup, pid_t agent_pid) {
+  for (absl::string_view line :
+       absl::StrSplit(ReadFile(cgroup + "/cgroup.procs"), '\n', absl::SkipEmpty())) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(line, &pid)) continue;
+    absl::StatusOr<ProcStat> stat = ParseProcStat(ReadFile(absl::StrCat("/proc/", pid, "/stat")));
+    if (stat.ok() && stat->ppid == agent_pid) return true;
+  }
+  return false;
+}
+
+// The agent's sandbox cgroups in the memory hierarchy: <mount>/moat/<agent pid>-*, and keep-sb-*
+// that hold a child of the agent.
 std::vector<std::string> SandboxCgroups(const MemoryCgroupMount& mount, pid_t agent_pid) {
   std::vector<std::string> out;
   const std::string dir = mount.path + "/moat";
@@ -662,9 +675,13 @@ std::vector<std::string> SandboxCgroups(const MemoryCgroupMount& mount, pid_t ag
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return out;
   while (dirent* e = ::readdir(d)) {
-    // With a restart grace (the default) the agent names them after no pid: keep-sb-*.
-    if (absl::StartsWith(e->d_name, prefix) || absl::StartsWith(e->d_name, "keep-sb-")) {
-      out.push_back(absl::StrCat(dir, "/", e->d_name));
+    // With a restart grace (the default) the agent names them after no pid: keep-sb-*, which
+    // other agents on the machine make too (and leave when their sandboxes end after a grace
+    // with no agent): only those whose init is this agent's child are its own.
+    const std::string path = absl::StrCat(dir, "/", e->d_name);
+    if (absl::StartsWith(e->d_name, prefix) ||
+        (absl::StartsWith(e->d_name, "keep-sb-") && HoldsAChildOf(path, agent_pid))) {
+      out.push_back(path);
     }
   }
   ::closedir(d);

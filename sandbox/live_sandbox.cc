@@ -17,6 +17,7 @@
 #include "sandbox/prepare.h"
 #include "sandbox/rlimits.h"
 #include "sandbox/spawn.h"
+#include "util/env.h"
 #include "util/errno_status.h"
 #include "util/self_path.h"
 #include "util/status_macros.h"
@@ -281,6 +282,16 @@ absl::StatusOr<std::unique_ptr<LiveSandbox>> LiveSandbox::Adopt(
   box->base_env_ = DefaultSandboxEnv();
   box->restart_grace_ms_ = restart_grace_ms;
   return box;
+}
+
+absl::Status LiveSandbox::ResumeEgress(const egress::EgressOptions& options) {
+  if (egress_) return absl::FailedPreconditionError("the sandbox's egress is served already");
+  ASSIGN_OR_RETURN(std::unique_ptr<egress::EgressSession> session,
+                   egress::EgressSession::Create(options));
+  RETURN_IF_ERROR(session->Attach(pidfd_.get()));
+  OverrideEnv(&base_env_, session->Env());
+  egress_ = std::move(session);
+  return absl::OkStatus();
 }
 
 LiveSandboxTeardown LiveSandbox::Destroy() {

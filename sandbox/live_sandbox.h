@@ -115,6 +115,13 @@ class LiveSandbox {
       UniqueFd seccomp_listener, uint32_t restart_grace_ms, absl::Duration timeout,
       std::vector<AdoptedCommand>* commands);
 
+  // An adopted sandbox's egress, whose proxy lived in the previous supervisor: binds the proxy's
+  // and the DNS stub's listeners again on the sandbox's own 127.0.0.1 (from outside, as at the
+  // start) and serves them; base_env() gets the proxy variables again. While no supervisor ran
+  // nothing listened there, so the sandbox had no way out. Errors (a port the sandbox took
+  // meanwhile, ...): the caller must not serve the sandbox (fail closed).
+  absl::Status ResumeEgress(const egress::EgressOptions& options);
+
   uint32_t restart_grace_ms() const { return restart_grace_ms_; }
 
  private:

@@ -9,7 +9,9 @@
 
 #include <filesystem>
 #include <string>
+#include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -144,6 +146,108 @@ class AdoptionE2eTest : public ::testing::Test {
 TEST_F(AdoptionE2eTest, CommandRunsAcrossStopAndStart) { CommandCarriesOverARestart(SIGTERM); }
 
 TEST_F(AdoptionE2eTest, CommandRunsAcrossKillAndStart) { CommandCarriesOverARestart(SIGKILL); }
+
+// A command's timeout counts across the restart: the new agent ends it when it is due (at once
+// if it fell due while no agent ran), as the first would have.
+TEST_F(AdoptionE2eTest, ACarriedOverCommandKeepsItsTimeout) {
+  const std::string marker = absl::StrCat("8", ::getpid(), "31");
+  const AgentSetup setup{.restart_grace = "30s"};
+  std::unique_ptr<AgentProcess> agent = StartAgent(setup);
+  ASSERT_NE(agent, nullptr);
+  auto sandbox = agent->CreateSandbox();
+  ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+  const auto& [id, token] = *sandbox;
+  CommandRun bg = agent->Run(id, token, absl::StrCat("echo started; sleep 300.", marker), nullptr,
+                             R"({"background": true, "timeout": 4000})");
+  ASSERT_EQ(bg.http_status, 200);
+  std::string command;
+  for (const nlohmann::json& e : bg.events) {
+    if (e.value("type", "") == "init") command = e.value("text", "");
+  }
+  ASSERT_FALSE(command.empty());
+  for (int i = 0; i < 100 && ProcessesWith(marker).empty(); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_FALSE(ProcessesWith(marker).empty());
+  const std::string state_dir = agent->state_dir();
+  agent->KeepDirectory();
+  agent->Stop();
+  EXPECT_FALSE(ProcessesWith(marker).empty()) << "the command ended with its agent";
+
+  std::unique_ptr<AgentProcess> restarted = StartAgent(setup, state_dir);
+  ASSERT_NE(restarted, nullptr);
+  // Without its deadline it would sleep on for 300 s; WaitEnded gives up after about 15.
+  const nlohmann::json status = WaitEnded(*restarted, id, token, command);
+  EXPECT_EQ(status.value("status", ""), "timed_out") << status.dump();
+  EXPECT_EQ(status.value("exit_code", -1), 137) << status.dump();
+  EXPECT_THAT(ProcessesWith(marker), IsEmpty());
+  auto [code, logs] = Execd(*restarted, id, token, "/command/" + command + "/logs");
+  EXPECT_EQ(logs, "started\n");
+
+  // A command without a timeout is not given one.
+  EXPECT_EQ(restarted->Run(id, token, "sleep 1; echo slept").stdout_text, "slept\n");
+  EXPECT_EQ(restarted->Node("DELETE", "/v1/sandboxes/" + id).first, 200);
+  restarted.reset();
+  std::filesystem::remove_all(std::filesystem::path(state_dir).parent_path());
+}
+
+// A sandbox with egress is kept across the restart too: the new agent serves its proxy again
+// from the policy in the record, so an allowed request to a server on the host's loopback goes
+// through and a refused one is refused, and reported (the observer is wired again), after it.
+TEST_F(AdoptionE2eTest, ASandboxWithEgressKeepsItsProxy) {
+  if (::access("/usr/bin/curl", X_OK) != 0) GTEST_SKIP() << "the host root has no curl";
+  httplib::Server web;
+  web.Get("/hi", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("hello", "text/plain");
+  });
+  const int port = web.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  std::thread serving([&web] { web.listen_after_bind(); });
+  auto stop_web = absl::MakeCleanup([&] {
+    web.stop();
+    serving.join();
+  });
+  const AgentSetup setup{.restart_grace = "30s"};
+  std::unique_ptr<AgentProcess> agent = StartAgent(setup);
+  ASSERT_NE(agent, nullptr);
+  const nlohmann::json create = {
+      {"profile", "default"},
+      {"ttl_seconds", 600},
+      {"policy",
+       {{"network", {{"allowedDomains", {"127.0.0.1"}}, {"allowedCidrs", {"127.0.0.1/32"}}}}}}};
+  auto sandbox = agent->CreateSandbox(create.dump());
+  ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+  const auto& [id, token] = *sandbox;
+  // Through the proxy its environment names (--noproxy '': not even for loopback); 127.0.0.2 is
+  // not an allowed name.
+  const std::string requests = absl::StrCat(
+      "curl --noproxy '' -s --max-time 10 -w ' %{http_code}\\n' http://127.0.0.1:", port,
+      "/hi; curl --noproxy '' -s --max-time 10 -o /dev/null -w '%{http_code}\\n' "
+      "http://127.0.0.2:",
+      port, "/hi");
+  EXPECT_EQ(agent->Run(id, token, requests).stdout_text, "hello 200\n403\n");
+  const std::string state_dir = agent->state_dir();
+  agent->KeepDirectory();
+  agent->Stop();
+
+  std::unique_ptr<AgentProcess> restarted = StartAgent(setup, state_dir);
+  ASSERT_NE(restarted, nullptr);
+  EXPECT_THAT(restarted->Log(), HasSubstr(absl::StrCat("sandbox ", id, " is served again")));
+  EXPECT_EQ(restarted->Run(id, token, requests).stdout_text, "hello 200\n403\n");
+  bool reported = false;
+  for (int i = 0; i < 100 && !reported; ++i) {
+    auto [code, events] = restarted->Node("GET", "/v1/events");
+    for (const auto& e : events["events"]) {
+      reported |= e["sandbox_id"] == id && e["type"] == "violation" && e["kind"] == "egress" &&
+                  e["detail"].dump().find("127.0.0.2") != std::string::npos;
+    }
+    if (!reported) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(reported) << "the new agent does not hear of the refused request";
+  EXPECT_EQ(restarted->Node("DELETE", "/v1/sandboxes/" + id).first, 200);
+  restarted.reset();
+  std::filesystem::remove_all(std::filesystem::path(state_dir).parent_path());
+}
 
 // Nobody re-adopts the sandbox: it lives through the grace, then ends itself; the next agent
 // cleans its cgroups and records and does not serve it.

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "node-agent/api/code_interpreter.h"
 #include "node-agent/api/execd_api_internal.h"
 #include "util/log.h"
 #include "util/token.h"
@@ -195,6 +196,10 @@ class ExecdApi::Hooks {
 // One SSE response in progress.
 struct ExecdApi::Stream {
   std::shared_ptr<Command> command;
+  std::string code_context;  // A code context's run: its frames become the events.
+  bool code_done = false;    // The interpreter's "done" frame came (then execution_complete).
+  int64_t code_execution_time = 0;
+  std::string code_lost;  // The client found no interpreter: why.
   bool init_sent = false;
   uint64_t next_line = 0;
   uint64_t consumed_bytes = 0;
@@ -215,6 +220,8 @@ ExecdApi::~ExecdApi() { hooks_->Disable(); }
 
 void ExecdApi::ForgetSandbox(absl::string_view sandbox_id) {
   commands_.ForgetSandbox(sandbox_id);
+  // Their interpreters end with the sandbox.
+  TakeCodeContexts(sandbox_id, nullptr);
   absl::MutexLock lock(&sessions_mu_);
   sessions_.erase(sandbox_id);
 }
@@ -356,6 +363,14 @@ void ExecdApi::SweepGoneSandboxes() {
   for (const std::string& id : commands_.Sandboxes()) {
     if (absl::IsNotFound(registry_->Get(id).status())) commands_.ForgetSandbox(id);
   }
+  std::vector<std::string> with_contexts;
+  {
+    absl::MutexLock lock(&code_mu_);
+    for (const auto& [id, contexts] : code_contexts_) with_contexts.push_back(id);
+  }
+  for (const std::string& id : with_contexts) {
+    if (absl::IsNotFound(registry_->Get(id).status())) TakeCodeContexts(id, nullptr);
+  }
 }
 
 bool ExecdApi::IsUpload(const httplib::Request& req) {
@@ -371,6 +386,7 @@ bool ExecdApi::IsUpload(const httplib::Request& req) {
 void ExecdApi::RegisterRoutes(httplib::Server& server) {
   RegisterCommandRoutes(server);
   RegisterSessionRoutes(server);
+  RegisterCodeRoutes(server);
   RegisterFileRoutes(server);
   RegisterMetricsRoutes(server);
 }
@@ -502,6 +518,17 @@ void ExecdApi::Readopt(const std::vector<AdoptedSandboxInfo>& sandboxes) {
   for (const AdoptedSandboxInfo& sandbox : sandboxes) {
     for (const AdoptedCommandInfo& adopted : sandbox.commands) {
       nlohmann::json tag = nlohmann::json::parse(adopted.tag, nullptr, false);
+      // Code contexts do not outlive their agent: their interpreters and runs end here.
+      if (tag.is_object() && absl::StartsWith(tag.value("kind", ""), "code-")) {
+        ExecCallbacks ignored;
+        ignored.on_stdout = [](absl::string_view) {};
+        ignored.on_stderr = [](absl::string_view) {};
+        ignored.on_exit = [](const ExecExit&) {};
+        if (backend_->Reattach(sandbox.id, adopted.command_id, std::move(ignored)).ok()) {
+          backend_->Interrupt(sandbox.id, adopted.command_id, absl::ZeroDuration()).IgnoreError();
+        }
+        continue;
+      }
       if (!tag.is_object() || !tag.contains("id") || !tag["id"].is_string()) {
         LogWarning(absl::StrCat("sandbox ", sandbox.id, ": command ", adopted.command_id,
                                 " of the previous agent has no record; its output is not served"));
@@ -541,16 +568,23 @@ void ExecdApi::RunCommand(const httplib::Request& req, httplib::Response& res) {
   StartCommand(req, res, *std::move(request), shown, {});
 }
 
-void ExecdApi::StartCommand(const httplib::Request& req, httplib::Response& res,
-                            ExecdRunRequest run, const std::string& shown,
-                            const std::map<std::string, std::string>& extra_env) {
+std::shared_ptr<Command> ExecdApi::StartCommand(const httplib::Request& req, httplib::Response& res,
+                                                ExecdRunRequest run, const std::string& shown,
+                                                const std::map<std::string, std::string>& extra_env,
+                                                const std::string& code_context) {
   const ExecdRunRequest* request = &run;
   absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
-  if (!record.ok()) return SendStatus(res, record.status());
+  if (!record.ok()) {
+    SendStatus(res, record.status());
+    return nullptr;
+  }
   SweepGoneSandboxes();
   absl::StatusOr<std::shared_ptr<Command>> added =
       commands_.Add(record->id, shown, request->background);
-  if (!added.ok()) return SendStatus(res, added.status());
+  if (!added.ok()) {
+    SendStatus(res, added.status());
+    return nullptr;
+  }
   std::shared_ptr<Command> command = *added;
 
   ExecRequest exec;
@@ -562,12 +596,14 @@ void ExecdApi::StartCommand(const httplib::Request& req, httplib::Response& res,
   for (const auto& [k, v] : request->envs) env[k] = v;
   for (const auto& [k, v] : extra_env) env[k] = v;
   exec.env.assign(env.begin(), env.end());
-  // What a restarted agent needs to serve it again (Readopt).
-  exec.tag = nlohmann::json{{"id", command->id()},
-                            {"command", shown},
-                            {"background", request->background},
-                            {"started_ns", absl::ToUnixNanos(command->Status().started)}}
-                 .dump();
+  // What a restarted agent needs to serve it again (Readopt); a code run is ended instead.
+  exec.tag = code_context.empty()
+                 ? nlohmann::json{{"id", command->id()},
+                                  {"command", shown},
+                                  {"background", request->background},
+                                  {"started_ns", absl::ToUnixNanos(command->Status().started)}}
+                       .dump()
+                 : nlohmann::json{{"kind", "code-run"}, {"context", code_context}}.dump();
 
   ExecCallbacks callbacks;
   callbacks.on_stdout = [command](absl::string_view chunk) {
@@ -585,18 +621,21 @@ void ExecdApi::StartCommand(const httplib::Request& req, httplib::Response& res,
   if (!backend_id.ok()) {
     command->FailToStart(backend_id.status().message(), clock_->Now());
     hooks_->Exited(record->id, std::nullopt);
-    return SendStatus(res, backend_id.status());
+    SendStatus(res, backend_id.status());
+    return nullptr;
   }
   command->SetBackendId(*backend_id);
 
   auto stream = std::make_shared<Stream>();
   stream->command = command;
+  stream->code_context = code_context;
   stream->last_write = absl::Now();
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, stream](size_t, httplib::DataSink& sink) { return WriteStreamEvents(*stream, sink); });
+  return command;
 }
 
 // Called by httplib until it returns false (abort: the client went away) or sink.done().
@@ -625,7 +664,9 @@ bool ExecdApi::WriteStreamEvents(Stream& stream, httplib::DataSink& sink) {
   };
   if (!stream.init_sent) {
     stream.init_sent = true;
-    if (!write({{"type", "init"}, {"text", command.id()}})) return false;
+    // A code run's init names its context, as execd's does.
+    const std::string& init = stream.code_context.empty() ? command.id() : stream.code_context;
+    if (!write({{"type", "init"}, {"text", init}})) return false;
     if (command.Status().background) sink.done();
     return true;
   }
@@ -644,8 +685,46 @@ bool ExecdApi::WriteStreamEvents(Stream& stream, httplib::DataSink& sink) {
     stream.consumed_bytes += line.text.size();
     absl::string_view text = line.text;
     if (absl::ConsumeSuffix(&text, "\n")) absl::ConsumeSuffix(&text, "\r");
+    if (!stream.code_context.empty() && line.stream == OutputStream::kStdout) {
+      CodeFrame frame = ParseCodeFrame(text);
+      switch (frame.kind) {
+        case CodeFrame::Kind::kEvent:
+          if (!frame.event.is_null()) add(std::move(frame.event));
+          continue;
+        case CodeFrame::Kind::kDone:
+          stream.code_done = true;
+          stream.code_execution_time = frame.execution_time;
+          continue;
+        case CodeFrame::Kind::kLost:
+          stream.code_lost = frame.text;
+          continue;
+        case CodeFrame::Kind::kInvalid:
+          break;  // Shown as it is, below.
+      }
+    }
     add({{"type", line.stream == OutputStream::kStdout ? "stdout" : "stderr"},
          {"text", text.empty() ? std::string("\n") : std::string(text)}});
+  }
+  if (batch.finished && !stream.code_context.empty()) {
+    // A code run ends with execution_complete once the interpreter finished it (after an error
+    // event too, as a kernel's reply does); else with the error that says what happened.
+    if (stream.code_done) {
+      add({{"type", "execution_complete"}, {"execution_time", stream.code_execution_time}});
+    } else {
+      std::string why =
+          !stream.code_lost.empty()
+              ? absl::StrCat("the context's interpreter is gone (", stream.code_lost,
+                             "); delete the context and create another")
+              : "the run ended before the interpreter finished it (interrupted or killed)";
+      add({{"type", "error"},
+           {"error",
+            {{"ename", stream.code_lost.empty() ? "ContextCancelled" : "ContextLost"},
+             {"evalue", why},
+             {"traceback", json::array({why})}}}});
+    }
+    if (!flush()) return false;
+    sink.done();
+    return true;
   }
   if (batch.finished) {
     CommandStatus status = command.Status();

@@ -15,15 +15,21 @@
 //   POST   /files/permissions        501: the backend cannot change modes or owners
 //   POST   /directories              mkdir -p   DELETE /directories?path=...  rm -r
 //   GET    /directories/list         with depth
+//   POST   /code/context             a Python context: one interpreter in the sandbox
+//   POST   /code                     run code in a context (or the language's default one); SSE
+//   DELETE /code?id=                 interrupt the context's run
+//   GET    /code/contexts[/{ctx}]    list (?language=) or one; DELETE: end them
 //
 // Errors are {"error": {"code", "message"}} as in the node API (api_json.h).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -57,6 +63,9 @@ struct ExecdOptions {
   absl::Duration metrics_sample = absl::Milliseconds(100);  // GET /metrics: CPU over this long.
   absl::Duration metrics_interval = absl::Seconds(1);       // /metrics/watch: one event each.
   absl::Duration keepalive = absl::Seconds(3);  // A "ping" event on a silent stream (as execd).
+  // How long a new code context's interpreter may take to listen; then the create fails.
+  absl::Duration code_start_timeout = absl::Seconds(20);
+  size_t max_code_contexts = 16;  // Per sandbox; above it: 429.
   // How often a waiting stream checks that its sandbox still exists, and how long it waits for
   // the exit of a command whose sandbox is gone before it ends the stream itself.
   absl::Duration poll = absl::Milliseconds(250);
@@ -106,6 +115,7 @@ class ExecdApi {
  private:
   class Hooks;
   struct Stream;
+  struct CodeContext;  // In execd_api_code.cc.
 
   void RegisterCommandRoutes(httplib::Server& server);
   void RegisterFileRoutes(httplib::Server& server);  // In execd_api_files.cc.
@@ -113,8 +123,24 @@ class ExecdApi {
   void RunCommand(const httplib::Request& req, httplib::Response& res);
   // Starts `run` (parsed from a request) and streams it; `shown` is the command's text in its
   // status (a session's run is wrapped: RunInSession).
-  void StartCommand(const httplib::Request& req, httplib::Response& res, ExecdRunRequest run,
-                    const std::string& shown, const std::map<std::string, std::string>& extra_env);
+  // `code_context`: the run of a code context (its client): the stream's init names the context
+  // and its lines are the interpreter's frames (code_interpreter.h). Returns the command, or null
+  // if it did not start (the response says why).
+  std::shared_ptr<Command> StartCommand(const httplib::Request& req, httplib::Response& res,
+                                        ExecdRunRequest run, const std::string& shown,
+                                        const std::map<std::string, std::string>& extra_env,
+                                        const std::string& code_context = "");
+  void RegisterCodeRoutes(httplib::Server& server);  // In execd_api_code.cc.
+  void RunCode(const httplib::Request& req, httplib::Response& res);
+  absl::StatusOr<std::shared_ptr<CodeContext>> NewCodeContext(const SandboxRecord& record,
+                                                              const std::string& language,
+                                                              const std::string& cwd,
+                                                              bool is_default);
+  // Ends the context's interpreter (and the code it runs) and removes its socket.
+  void EndCodeContext(const CodeContext& context);
+  // Takes the contexts of `sandbox_id` for which `take` holds out of the table (all: null).
+  std::vector<std::shared_ptr<CodeContext>> TakeCodeContexts(
+      absl::string_view sandbox_id, const std::function<bool(const CodeContext&)>& take);
   void RegisterSessionRoutes(httplib::Server& server);
   void RunInSession(const httplib::Request& req, httplib::Response& res);
   void Download(const httplib::Request& req, httplib::Response& res);
@@ -131,6 +157,10 @@ class ExecdApi {
   mutable absl::Mutex sessions_mu_;
   absl::flat_hash_map<std::string, std::map<std::string, std::string>> sessions_
       ABSL_GUARDED_BY(sessions_mu_);
+  // Code contexts of each sandbox: context id -> context.
+  mutable absl::Mutex code_mu_;
+  absl::flat_hash_map<std::string, std::map<std::string, std::shared_ptr<CodeContext>>>
+      code_contexts_ ABSL_GUARDED_BY(code_mu_);
   SandboxBackend* backend_;
   Registry* registry_;
   const Clock* clock_;

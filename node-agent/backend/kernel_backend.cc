@@ -89,8 +89,9 @@ uint64_t StartTimeOf(pid_t pid) {
   return start;
 }
 
-// A spool frame: one byte ('t' the tag, 'o' stdout, 'e' stderr), the command's seq and the
-// length (4 bytes each), the bytes. One append-only file per sandbox: no file per command.
+// A spool frame: one byte ('t' the tag, 'd' the deadline in Unix nanoseconds as text, 'o' stdout,
+// 'e' stderr), the command's seq and the length (4 bytes each), the bytes. One append-only file
+// per sandbox: no file per command.
 constexpr size_t kFrameHeader = 9;
 void WriteFrame(int fd, char type, uint32_t seq, absl::string_view data) {
   if (fd < 0) return;
@@ -310,8 +311,9 @@ absl::StatusOr<CreatedSandbox> KernelBackend::Create(const SandboxSpec& spec) {
   options.mounts = std::move(isolation.mounts);
   options.mounts.root_dir = spec.root_dir.empty() ? "/" : spec.root_dir;
   options.mounts.tmpfs_bytes = box->limits.tmpfs_bytes;
-  // Its proxy lives in the agent: a sandbox with egress cannot outlive it.
-  if (!isolation.egress && options_.restart_grace > absl::ZeroDuration()) {
+  // A sandbox with egress outlives the agent too: its proxy lives in the agent, and the next one
+  // serves it again from the policy kept in the record (AdoptOne); meanwhile nothing listens.
+  if (options_.restart_grace > absl::ZeroDuration()) {
     options.restart_grace_ms =
         static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.restart_grace));
     // Not named after this agent's pid: once it is gone, any moat process's stale-cgroup
@@ -438,7 +440,9 @@ absl::Status KernelBackend::WriteRecord(const Box& box) {
                            {"probe_pid", box.probe_pid},
                            {"probe_start", box.probe_start},
                            {"mounts", box.mounts},
-                           {"cpus", box.limits.cpus}};
+                           {"cpus", box.limits.cpus},
+                           // For its egress (AdoptOne): the policy, as the agent gave it.
+                           {"policy", box.spec.policy}};
   // Atomically: a reader (the next agent) sees the old record or the new one, never half.
   const std::string tmp = absl::StrCat(box.record_path, ".tmp");
   {
@@ -508,6 +512,11 @@ absl::StatusOr<std::string> KernelBackend::Exec(absl::string_view id, const Exec
       // Before the loop may read output (it watches the pipes from here on).
       command->spool = box->spool;
       WriteFrame(command->spool->get(), 't', command->seq, request.tag);
+      // Its deadline, so that a restarted agent still ends it on time (Adopt).
+      if (command->deadline != absl::InfiniteFuture()) {
+        WriteFrame(command->spool->get(), 'd', command->seq,
+                   absl::StrCat(absl::ToUnixNanos(command->deadline)));
+      }
     }
   }
   absl::Status sent = box->sandbox->SendExec(
@@ -932,7 +941,7 @@ absl::StatusOr<CleanupReport> KernelBackend::CleanLeftovers() {
 namespace moat::agent {
 
 void KernelBackend::Release() {
-  // Those that cannot outlive the agent (no grace: egress, or none configured) end cleanly now.
+  // Those that cannot outlive the agent (no grace configured) end cleanly now.
   std::vector<std::string> ending;
   {
     absl::MutexLock lock(&mu_);
@@ -1085,7 +1094,28 @@ absl::StatusOr<std::shared_ptr<KernelBackend::Box>> KernelBackend::AdoptOne(
   box->init_start = init_start;
   box->mounts = record.value("mounts", 0);
   box->record_path = absl::StrCat(options_.state_dir, "/sandboxes/", id, ".json");
+  box->spec.policy = record.value("policy", "");
   auto undo = absl::MakeCleanup([&] { box->sandbox->Destroy(); });
+  // Its egress, as Create made it: the same rules, audit log and observer, served by us now.
+  ASSIGN_OR_RETURN(sandbox::Policy policy,
+                   ParseAgentPolicy(box->spec.policy, absl::StrCat("policy of ", id)));
+  ASSIGN_OR_RETURN(sandbox::Isolation isolation,
+                   sandbox::IsolationFor(policy, {.host = host_,
+                                                  .audit_log = options_.audit_log,
+                                                  .private_paths = {options_.state_dir}}));
+  if (isolation.egress) {
+    egress::EgressOptions e = *std::move(isolation.egress);
+    e.sandbox_id = id;
+    if (options_.on_egress) {
+      e.observer = [cb = options_.on_egress, sid = std::string(id)](
+                       bool allowed, const std::string& detail) { cb(sid, allowed, detail); };
+    }
+    absl::Status resumed = box->sandbox->ResumeEgress(e);
+    if (!resumed.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("its egress could not be served again: ", resumed.message()));
+    }
+  }
   box->root.reset(
       ::open(absl::StrCat("/proc/", init, "/root").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!box->root) return ErrnoStatus("open the sandbox's root from outside");
@@ -1117,8 +1147,12 @@ absl::StatusOr<std::shared_ptr<KernelBackend::Box>> KernelBackend::AdoptOne(
     ci.exited = c.exited;
     ReadFrames(spooled, [&](char type, uint32_t seq, absl::string_view data) {
       if (seq != c.seq) return;
+      int64_t deadline_ns = 0;
       if (type == 't') {
         ci.tag = std::string(data);
+      } else if (type == 'd') {
+        if (absl::SimpleAtoi(data, &deadline_ns))
+          command->deadline = absl::FromUnixNanos(deadline_ns);
       } else {
         command->spooled.emplace_back(type, std::string(data));
       }
@@ -1144,6 +1178,7 @@ absl::StatusOr<std::shared_ptr<KernelBackend::Box>> KernelBackend::AdoptOne(
     }
     boxes_[id] = box;
   }
+  Wake();  // the deadlines of its commands count again
   std::move(undo).Cancel();
   std::move(unstart).Cancel();
   return box;
