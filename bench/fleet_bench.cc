@@ -91,7 +91,7 @@ int ThroughController(const Flags& f) {
   const httplib::Headers key = {{"OPEN-SANDBOX-API-KEY", f.key}};
   const httplib::Headers agent_auth = {{"Authorization", "Bearer " + f.agent_token}};
   const std::string create =
-      R"({"image": {"uri": "debian:12"}, "entrypoint": ["/bin/sh"], "timeout": 600,
+      R"({"image": {"uri": "debian:12"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
           "resourceLimits": {"cpu": "1", "memory": "512Mi"}})";
   std::vector<absl::Duration> create_ms, first_true, total;
   double warm_before = WarmCreates(*c);
@@ -170,10 +170,11 @@ int CreatesPerSecond(const Flags& f) {
       auto c = Client(f.controller);
       const httplib::Headers key = {{"OPEN-SANDBOX-API-KEY", f.key}};
       for (int i = 0; i < per_client; ++i) {
-        auto res = c->Post("/v1/sandboxes", key,
-                           R"({"image": {"uri": "debian:12"}, "entrypoint": ["/bin/sh"],
+        auto res =
+            c->Post("/v1/sandboxes", key,
+                    R"({"image": {"uri": "debian:12"}, "entrypoint": ["tail", "-f", "/dev/null"],
                                "resourceLimits": {"cpu": "1", "memory": "512Mi"}})",
-                           "application/json");
+                    "application/json");
         if (!res || res->status != 202) {
           ++failed;
           continue;

@@ -5,6 +5,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
 
 namespace moat::controller {
@@ -27,6 +29,37 @@ absl::Status FromHttp(const httplib::Result& res, absl::string_view what) {
   if (res->status == 404) return absl::NotFoundError(text);
   if (res->status >= 500 || res->status == 429) return absl::UnavailableError(text);
   return absl::FailedPreconditionError(text);
+}
+
+// GET .../command/status/{id}: execd's fields plus moat's cpu_seconds and peak_memory_bytes.
+absl::StatusOr<json> StatusBody(const httplib::Result& got) {
+  if (absl::Status st = FromHttp(got, "reading a command's status"); !st.ok()) return st;
+  json s = json::parse(got->body, nullptr, false);
+  if (!s.is_object()) return absl::UnavailableError("the agent's command status is not JSON");
+  return s;
+}
+
+AgentCommandState StateFrom(const json& s) {
+  AgentCommandState state;
+  state.running = s.value("running", false);
+  state.status = s.value("status", "");
+  if (s.contains("exit_code") && s["exit_code"].is_number_integer()) {
+    state.exit_code = s["exit_code"].get<int>();
+  }
+  state.error = s.value("error", "");
+  return state;
+}
+
+json CommandBody(const AgentCommand& command, bool background) {
+  json body = {{"command", command.command}, {"envs", command.env}};
+  if (background) body["background"] = true;
+  if (command.timeout > absl::ZeroDuration()) {
+    body["timeout"] = absl::ToInt64Milliseconds(command.timeout);
+  }
+  if (command.cpu_timeout > absl::ZeroDuration()) {
+    body["cpu_timeout"] = std::max<int64_t>(1, absl::ToInt64Milliseconds(command.cpu_timeout));
+  }
+  return body;
 }
 
 AgentSandbox SandboxFrom(const json& j) {
@@ -118,10 +151,7 @@ class HttpAgentClient final : public AgentClient {
                                                 const std::string& agent_id,
                                                 const std::string& sandbox_token,
                                                 const AgentCommand& command) override {
-    json body = {{"command", command.command}, {"envs", command.env}};
-    if (command.timeout > absl::ZeroDuration()) {
-      body["timeout"] = absl::ToInt64Milliseconds(command.timeout);
-    }
+    const json body = CommandBody(command, /*background=*/false);
     auto client = Client(agent);
     // Silent commands get a ping every 3 s; the read timeout only has to outlast that, but the
     // command may run up to its own timeout.
@@ -138,7 +168,11 @@ class HttpAgentClient final : public AgentClient {
       } else if (type == "stdout" || type == "stderr") {
         std::string& out = type == "stdout" ? result.stdout_text : result.stderr_text;
         bool& truncated = type == "stdout" ? result.stdout_truncated : result.stderr_truncated;
-        std::string line = text == "\n" ? "\n" : absl::StrCat(text, "\n");
+        // Lines come without their "\n" (an empty one as "\n"); a last line that had none
+        // is marked partial (moat's agent), so the output is rebuilt byte for byte.
+        std::string line = text == "\n"                ? "\n"
+                           : e.value("partial", false) ? text
+                                                       : absl::StrCat(text, "\n");
         if (out.size() + line.size() > kMaxCommandOutput) {
           truncated = true;
           line.resize(kMaxCommandOutput - std::min(kMaxCommandOutput, out.size()));
@@ -190,16 +224,55 @@ class HttpAgentClient final : public AgentClient {
     if (command_id.empty()) {
       return absl::UnavailableError("running a command: the agent's stream had no init event");
     }
-    auto got = client->Get(absl::StrCat(base, "/status/", command_id), headers);
-    if (absl::Status st = FromHttp(got, "reading a command's status"); !st.ok()) return st;
-    json s = json::parse(got->body, nullptr, false);
-    if (!s.is_object()) return absl::UnavailableError("the agent's command status is not JSON");
-    result.status = s.value("status", "");
-    if (s.contains("exit_code") && s["exit_code"].is_number_integer()) {
-      result.exit_code = s["exit_code"].get<int>();
+    absl::StatusOr<json> s =
+        StatusBody(client->Get(absl::StrCat(base, "/status/", command_id), headers));
+    if (!s.ok()) return s.status();
+    AgentCommandState state = StateFrom(*s);
+    result.status = state.status;
+    result.exit_code = state.exit_code;
+    result.error = state.error;
+    if (s->contains("cpu_seconds") && (*s)["cpu_seconds"].is_number()) {
+      result.cpu_seconds = (*s)["cpu_seconds"].get<double>();
     }
-    result.error = s.value("error", "");
+    auto count = [&](const char* key, std::optional<uint64_t>& out) {
+      if (s->contains(key) && (*s)[key].is_number_unsigned()) out = (*s)[key].get<uint64_t>();
+    };
+    count("peak_memory_bytes", result.peak_memory_bytes);
+    count("sandbox_oom_kills", result.oom_kills);
+    count("sandbox_pids_limit_hits", result.pids_limit_hits);
     return result;
+  }
+
+  absl::StatusOr<std::string> StartCommand(const AgentEndpoint& agent, const std::string& agent_id,
+                                           const std::string& sandbox_token,
+                                           const AgentCommand& command) override {
+    auto client = Client(agent);
+    auto res = client->Post(absl::StrCat("/v1/sandboxes/", agent_id, "/execd/command"),
+                            {{"X-EXECD-ACCESS-TOKEN", sandbox_token}},
+                            CommandBody(command, /*background=*/true).dump(), "application/json");
+    if (absl::Status st = FromHttp(res, "starting a command"); !st.ok()) return st;
+    // A background command's stream is its init event only: {"type": "init", "text": id}.
+    for (absl::string_view line : absl::StrSplit(res->body, '\n')) {
+      if (!absl::ConsumePrefix(&line, "data:")) continue;
+      json e = json::parse(line, nullptr, false);
+      if (e.is_object() && e.value("type", "") == "init" && e.contains("text") &&
+          e["text"].is_string()) {
+        return e["text"].get<std::string>();
+      }
+    }
+    return absl::UnavailableError("starting a command: the agent's stream had no init event");
+  }
+
+  absl::StatusOr<AgentCommandState> CommandState(const AgentEndpoint& agent,
+                                                 const std::string& agent_id,
+                                                 const std::string& sandbox_token,
+                                                 const std::string& command_id) override {
+    auto client = Client(agent);
+    absl::StatusOr<json> s = StatusBody(
+        client->Get(absl::StrCat("/v1/sandboxes/", agent_id, "/execd/command/status/", command_id),
+                    {{"X-EXECD-ACCESS-TOKEN", sandbox_token}}));
+    if (!s.ok()) return s.status();
+    return StateFrom(*s);
   }
 
  private:

@@ -42,6 +42,9 @@ struct AgentCommand {
   std::string command;
   std::map<std::string, std::string> env;
   absl::Duration timeout = absl::ZeroDuration();  // Zero: none.
+  // The CPU time the sandbox may use while the command runs (moat's cpu_timeout extension of
+  // execd's request; the agent kills the command past it). Zero: none.
+  absl::Duration cpu_timeout = absl::ZeroDuration();
 };
 
 // What it did, as the agent reports it: its output cleaned as `moat run --json` cleans it (the
@@ -54,6 +57,20 @@ struct AgentCommandResult {
   std::optional<int> exit_code;  // 128+N for signal N.
   std::string error;             // Why it failed to start.
   absl::Duration wall;           // From the request to the end of the stream.
+  // The sandbox cgroup's CPU time across the command and its peak memory (the agent's
+  // cpu_seconds and peak_memory_bytes; nullopt when the agent did not report them).
+  std::optional<double> cpu_seconds;
+  std::optional<uint64_t> peak_memory_bytes;
+  // The sandbox's OOM kills and forks refused at its pids limit since it was made.
+  std::optional<uint64_t> oom_kills, pids_limit_hits;
+};
+
+// A command's state as the agent's GET .../command/status/{id} reports it.
+struct AgentCommandState {
+  bool running = true;
+  std::string status;            // As AgentCommandResult::status, or "running".
+  std::optional<int> exit_code;  // Once it ended; 128+N for signal N.
+  std::string error;
 };
 inline constexpr size_t kMaxCommandOutput = 1 << 20;  // moat run --json's cap.
 
@@ -84,6 +101,16 @@ class AgentClient {
                                                         const std::string& agent_id,
                                                         const std::string& sandbox_token,
                                                         const AgentCommand& command) = 0;
+  // Starts `command` in the background (execd's background: true) and returns its id at once.
+  virtual absl::StatusOr<std::string> StartCommand(const AgentEndpoint& agent,
+                                                   const std::string& agent_id,
+                                                   const std::string& sandbox_token,
+                                                   const AgentCommand& command) = 0;
+  // What became of a command StartCommand started. NotFound if the agent no longer knows it.
+  virtual absl::StatusOr<AgentCommandState> CommandState(const AgentEndpoint& agent,
+                                                         const std::string& agent_id,
+                                                         const std::string& sandbox_token,
+                                                         const std::string& command_id) = 0;
 };
 
 // Over HTTP(S) with the agent's node token. Each call has `timeout`.

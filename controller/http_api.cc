@@ -469,6 +469,21 @@ void HttpApi::LifecycleRoutes() {
     if (!Tenant(req, res, &tenant)) return;
     absl::StatusOr<RunRequest> run = ParseRunRequest(req.body, config, clock_->Now());
     if (!run.ok()) return SendStatus(res, run.status());
+    // The language profile's wall and CPU limits, or the declared duration's
+    // (controller/tenants/run_limits.h); a tenant that keeps underestimating gets lower ones.
+    if (options_.run_limits != nullptr) {
+      absl::StatusOr<RunLimits> limits =
+          options_.run_limits->LimitsFor(tenant, run->profile, run->declared);
+      if (!limits.ok()) return SendStatus(res, limits.status());
+      if (absl::Status st = ApplyRunLimits(*run, *limits, clock_->Now()); !st.ok()) {
+        return SendStatus(res, st);
+      }
+      res.set_header("X-Moat-Run-Limits",
+                     absl::StrCat("profile=", limits->language,
+                                  " wall=", absl::FormatDuration(run->command.timeout),
+                                  " cpu=", absl::FormatDuration(run->command.cpu_timeout),
+                                  limits->lowered ? " lowered" : ""));
+    }
     if (!run->spec.arch.empty() && !nodes_->AnyNodeHasArch(run->spec.arch)) {
       return SendError(res, 400,
                        absl::StrCat("no node of architecture ", run->spec.arch,
@@ -504,6 +519,17 @@ void HttpApi::LifecycleRoutes() {
     }
     absl::StatusOr<AgentCommandResult> result = sandboxes_->Run(run->spec, run->command);
     if (!result.ok()) return SendStatus(res, result.status());
+    // Declared runs are recorded (one store write each; undeclared runs write nothing), so
+    // a tenant whose runs outlast their declarations gets lower defaults.
+    if (options_.run_limits != nullptr && run->declared.has_value()) {
+      absl::Status recorded = options_.run_limits->Record(
+          tenant, {run->profile, *run->declared, result->wall,
+                   absl::Seconds(result->cpu_seconds.value_or(0)), clock_->Now()});
+      if (!recorded.ok()) {
+        LogWarning(
+            absl::StrCat("run ", run->spec.id, ": recording its duration: ", recorded.message()));
+      }
+    }
     if (result->status == "failed_to_start") {
       return SendError(res, 503,
                        absl::StrCat("the command could not start in the sandbox: ", result->error));

@@ -22,6 +22,7 @@
 #include "controller/precheck_gate.h"
 #include "controller/sandboxes.h"
 #include "controller/tenant_metrics.h"
+#include "controller/tenants/run_limits.h"
 #include "controller/tenants/tenants.h"
 #include "util/http/server.h"
 
@@ -44,6 +45,8 @@ struct HttpApiOptions {
   TenantMetrics* tenant_metrics = nullptr;   // With tenants.
   AdminApi* admin = nullptr;                 // The /v1/admin routes; null: none.
   PrecheckGate* precheck = nullptr;          // Scans execd commands through the proxy; null: none.
+  // POST /v1/run's language profiles and declared durations (issue 13); null: only `timeout`.
+  RunLimiter* run_limits = nullptr;
 };
 
 class HttpApi {

@@ -33,8 +33,9 @@ class HttpApiTest : public ::testing::Test {
         &store_, &nodes_, &agents_, &scheduler_, &metrics_, &clock_,
         SandboxManagerOptions{.create_timeout = config_.create_timeout,
                               .retry_interval = absl::Milliseconds(10)});
-    auto api = HttpApi::Create(HttpApiOptions{&config_, {{"acme", kKey}}, kJoinToken}, &nodes_,
-                               sandboxes_.get(), &metrics_, &clock_);
+    HttpApiOptions options{&config_, {{"acme", kKey}}, kJoinToken};
+    options.run_limits = &run_limits_;
+    auto api = HttpApi::Create(std::move(options), &nodes_, sandboxes_.get(), &metrics_, &clock_);
     ASSERT_TRUE(api.ok()) << api.status();
     api_ = *std::move(api);
     api_->SetOnJoin([this](const std::string& node) { joined_.push_back(node); });
@@ -96,6 +97,7 @@ class HttpApiTest : public ::testing::Test {
   ControllerConfig config_;
   FakeClock clock_{absl::Now()};
   MemoryStore store_;
+  RunLimiter run_limits_{{}, absl::Minutes(5), &store_, &clock_};
   NodeTable nodes_{&clock_, NodeTableOptions{}};
   testing::FakeAgents agents_;
   scheduler::Scheduler scheduler_;
@@ -350,6 +352,60 @@ TEST_F(HttpApiTest, RunAnswersTheResultAndLeavesNothing) {
   ExpectError(client_->Post("/v1/run", Auth(), R"({"code": 1})", "application/json"), 400,
               "INVALID_REQUEST");
   EXPECT_EQ(client_->Post("/v1/run", R"({"command": "true"})", "application/json")->status, 401);
+}
+
+// Issue 13: the language profile's limits reach the agent, a longer timeout needs a declared
+// duration, and declared runs are recorded against the tenant.
+TEST_F(HttpApiTest, RunAppliesTheLanguageProfileAndRecordsDeclaredRuns) {
+  config_.images = {{"*", "default"}};  // Before any request reads it.
+  JoinNode("n1");
+  auto res = client_->Post("/v1/run", Auth(), R"js({"code": "print(1)"})js", "application/json");
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(res->get_header_value("X-Moat-Run-Limits"), "profile=python wall=1m cpu=15s");
+  EXPECT_EQ(agents_.LastCommand().timeout, absl::Seconds(60));
+  EXPECT_EQ(agents_.LastCommand().cpu_timeout, absl::Seconds(15));
+  // Undeclared runs write nothing.
+  EXPECT_TRUE(run_limits_.History("acme")->empty());
+  std::string message =
+      ExpectError(client_->Post("/v1/run", Auth(), R"({"command": "make", "timeout": 120})",
+                                "application/json"),
+                  400, "INVALID_REQUEST");
+  EXPECT_THAT(message, HasSubstr("expectedDuration"));
+  // Declared: 1.25 x the declaration, the ratio kept; recorded with what it took.
+  AgentCommandResult took;
+  took.status = "exited";
+  took.exit_code = 0;
+  took.wall = absl::Seconds(2);
+  took.cpu_seconds = 0.5;
+  agents_.SetCommandResult(took);
+  res = client_->Post("/v1/run", Auth(), R"({"command": "make", "expectedDuration": 160})",
+                      "application/json");
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(agents_.LastCommand().timeout, absl::Seconds(200));
+  EXPECT_EQ(agents_.LastCommand().cpu_timeout, absl::Seconds(50));
+  auto history = run_limits_.History("acme");
+  ASSERT_EQ(history->size(), 1u);
+  EXPECT_EQ((*history)[0].language, "shell");
+  EXPECT_EQ((*history)[0].declared, absl::Seconds(160));
+  EXPECT_EQ((*history)[0].wall, absl::Seconds(2));
+  EXPECT_EQ((*history)[0].cpu, absl::Milliseconds(500));
+  ExpectError(client_->Post("/v1/run", Auth(), R"({"command": "x", "expectedDuration": 600})",
+                            "application/json"),
+              400, "INVALID_REQUEST");
+  // A tenant that keeps outlasting its declarations gets half the defaults.
+  took.wall = absl::Seconds(20);
+  agents_.SetCommandResult(took);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(client_
+                  ->Post("/v1/run", Auth(), R"({"command": "make", "expectedDuration": 5})",
+                         "application/json")
+                  ->status,
+              200);
+  }
+  res = client_->Post("/v1/run", Auth(), R"({"command": "make"})", "application/json");
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(res->get_header_value("X-Moat-Run-Limits"), "profile=shell wall=30s cpu=7.5s lowered");
+  EXPECT_EQ(agents_.LastCommand().timeout, absl::Seconds(30));
 }
 
 TEST_F(HttpApiTest, MetricsShowAllocatableAndAllocatedPerResource) {

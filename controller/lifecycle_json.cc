@@ -433,8 +433,8 @@ absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body, const Control
   ASSIGN_OR_RETURN(json doc, ParseObject(body));
   RETURN_IF_ERROR(
       CheckFields(doc, "",
-                  {"command", "code", "language", "image", "env", "timeout", "resourceLimits",
-                   "resourceRequests", "networkPolicy", "platform", "metadata"}));
+                  {"command", "code", "language", "image", "env", "timeout", "expectedDuration",
+                   "resourceLimits", "resourceRequests", "networkPolicy", "platform", "metadata"}));
   RunRequest run;
   if (doc.contains("command") == doc.contains("code")) {
     return Bad("command",
@@ -469,7 +469,9 @@ absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body, const Control
         absl::StrCat("exec ", it->second, " ", ShellQuote(doc["code"].get<std::string>()));
     run.scanned = doc["code"].get<std::string>();
     run.language = language;
+    run.profile = language == "python" ? "python" : language == "node" ? "javascript" : "shell";
   }
+  if (run.profile.empty()) run.profile = "shell";  // A command is a shell command line.
   if (run.scanned.empty()) run.scanned = run.command.command;
   if (run.command.command.empty() || run.command.command.size() > 65536) {
     return Bad(doc.contains("code") ? "code" : "command", "must be 1 to 65536 bytes");
@@ -482,8 +484,19 @@ absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body, const Control
       return Bad("timeout", absl::StrCat("must be whole seconds from 1 to ", max));
     }
     timeout = doc["timeout"].get<int64_t>();
+    run.timeout = absl::Seconds(timeout);
   }
   run.command.timeout = absl::Seconds(timeout);
+  if (doc.contains("expectedDuration")) {
+    const json& d = doc["expectedDuration"];
+    const double max = absl::ToDoubleSeconds(config.max_declared_duration);
+    if (!d.is_number() || d.get<double>() <= 0 || d.get<double>() > max) {
+      return Bad("expectedDuration",
+                 absl::StrCat("must be seconds, more than 0 and at most ", max,
+                              " (max_declared_duration); split longer work into several runs"));
+    }
+    run.declared = absl::Seconds(d.get<double>());
+  }
   // The sandbox: a create's fields, its life the command's timeout (at least a create's 60 s).
   json create = {{"image", doc.contains("image") ? doc["image"] : json{{"uri", "default"}}},
                  {"entrypoint", {"/bin/sh"}},
@@ -494,6 +507,31 @@ absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body, const Control
   }
   ASSIGN_OR_RETURN(run.spec, ParseCreateSandbox(create.dump(), config, now));
   return run;
+}
+
+absl::Status ApplyRunLimits(RunRequest& run, const RunLimits& limits, absl::Time now) {
+  absl::Duration wall = limits.wall;
+  if (run.timeout.has_value()) {
+    if (*run.timeout > limits.wall) {
+      return Bad("timeout",
+                 absl::StrCat("is ", absl::FormatDuration(*run.timeout), ", more than the ",
+                              limits.language, " profile's wall limit of ",
+                              absl::FormatDuration(limits.wall),
+                              limits.lowered ? " (lowered: this tenant's recent runs outlasted "
+                                               "their expectedDuration)"
+                                             : "",
+                              "; declare a longer run with \"expectedDuration\" (seconds)"));
+    }
+    wall = *run.timeout;
+  }
+  run.limits = limits;
+  run.limited = true;
+  run.command.timeout = wall;
+  // The profile's CPU/wall ratio cap (60 s wall, 15 s CPU: a quarter of a core on average).
+  run.command.cpu_timeout = limits.cpu * absl::FDivDuration(wall, limits.wall);
+  // The sandbox outlives the run (the agent's own expiry adds its slack on top).
+  run.spec.expires_at = now + std::max(absl::Seconds(60), wall + absl::Seconds(30));
+  return absl::OkStatus();
 }
 
 // The shape of sandbox/output/result.h's ToJson (moat run --json), written here because the
@@ -507,33 +545,49 @@ json RunResultJson(const AgentCommandResult& r) {
   if (r.status == "timed_out") {
     status = "wall_timeout";
     signal = 9;
+  } else if (r.status == "cpu_timeout") {
+    status = "cpu_timeout";
+    signal = 9;
   } else if (r.status == "oom_killed") {
     status = "oom_killed";
     signal = 9;
-    violations.push_back(
-        {{"kind", "memory"},
-         {"detail", "a process was killed by the OOM killer at the memory limit"}});
   } else if ((r.status == "signaled" || r.status == "interrupted") && code > 128) {
     status = "signaled";
     signal = code - 128;
   } else {
     exit_code = r.exit_code.value_or(0);
   }
-  return {{"status", status},
-          {"exit_code", exit_code},
-          {"signal", signal},
-          {"stdout", r.stdout_text},
-          {"stderr", r.stderr_text},
-          {"stdout_truncated", r.stdout_truncated},
-          {"stderr_truncated", r.stderr_truncated},
-          {"wall_seconds", absl::ToDoubleSeconds(r.wall)},
-          {"cpu_seconds", 0.0},
-          {"peak_memory_bytes", 0},
-          {"violations", violations},
-          {"notes",
-           {"through moat-controller: cpu_seconds and peak_memory_bytes are not reported (0), "
-            "and output is rebuilt from the agent's lines (a last line without a newline gets "
-            "one)"}}};
+  // As the supervisor words them (sandbox/supervisor.cc): the run's sandbox is its own, so the
+  // sandbox's counts are the run's.
+  const uint64_t oom_kills = r.oom_kills.value_or(r.status == "oom_killed" ? 1 : 0);
+  if (oom_kills > 0) {
+    violations.push_back(
+        {{"kind", "memory"},
+         {"detail",
+          absl::StrCat(oom_kills, " process(es) killed by the OOM killer at the memory limit")}});
+  }
+  if (r.pids_limit_hits.value_or(0) > 0) {
+    violations.push_back(
+        {{"kind", "pids"},
+         {"detail", absl::StrCat(*r.pids_limit_hits, " fork(s) refused at the process limit")}});
+  }
+  json out = {{"status", status},
+              {"exit_code", exit_code},
+              {"signal", signal},
+              {"stdout", r.stdout_text},
+              {"stderr", r.stderr_text},
+              {"stdout_truncated", r.stdout_truncated},
+              {"stderr_truncated", r.stderr_truncated},
+              {"wall_seconds", absl::ToDoubleSeconds(r.wall)},
+              {"cpu_seconds", r.cpu_seconds.value_or(0.0)},
+              {"peak_memory_bytes", r.peak_memory_bytes.value_or(0)},
+              {"violations", violations}};
+  if (!r.cpu_seconds.has_value() || !r.peak_memory_bytes.has_value()) {
+    out["notes"] = {
+        "the agent did not report the sandbox's cpu_seconds and peak_memory_bytes (0): it is "
+        "older than the controller, or its cgroup could not be read"};
+  }
+  return out;
 }
 
 absl::StatusOr<absl::Duration> ParseDrain(absl::string_view body) {

@@ -14,6 +14,7 @@
 #include "controller/config.h"
 #include "controller/nodes.h"
 #include "controller/sandboxes.h"
+#include "controller/tenants/run_limits.h"
 #include "nlohmann/json.hpp"
 #include "util/http_status.h"  // HttpStatusFor, ErrorCodeFor, ErrorJson
 
@@ -47,12 +48,20 @@ absl::StatusOr<std::map<std::string, std::optional<std::string>>> ParseMetadataP
 
 // POST /v1/run: {"command": "echo hi" or ["echo", "hi"]} or {"code": "...", "language":
 // "python" (python, sh, bash, node)}; optional image, env, timeout (wall seconds, 1 to
-// api.max_timeout, default 60), resourceLimits, resourceRequests, networkPolicy, platform,
-// metadata. The sandbox's spec is a create's (ParseCreateSandbox) with image "default" unless
-// given.
+// api.max_timeout), expectedDuration (seconds, the run's declared duration: issue 13),
+// resourceLimits, resourceRequests, networkPolicy, platform, metadata. The sandbox's spec is a
+// create's (ParseCreateSandbox) with image "default" unless given. The wall and CPU limits are
+// the language profile's (ApplyRunLimits), `timeout` at most lowering the wall limit.
 struct RunRequest {
   Sandbox spec;
   AgentCommand command;
+  // The language profile (controller/tenants/run_limits.h) whose limits apply: python,
+  // javascript (node), shell (sh, bash, and every "command").
+  std::string profile;
+  std::optional<absl::Duration> declared;  // expectedDuration.
+  std::optional<absl::Duration> timeout;   // As given; the command's wall limit at most.
+  RunLimits limits;                        // Filled by ApplyRunLimits.
+  bool limited = false;
   // What the pre-check scans: the code and its language ("python", "sh", "bash", "node"), or
   // the command line (language empty).
   std::string scanned;
@@ -60,6 +69,11 @@ struct RunRequest {
 };
 absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body, const ControllerConfig& config,
                                            absl::Time now);
+// The run's wall and CPU limits from `limits` (RunLimiter::LimitsFor of run.profile and
+// run.declared): the wall limit is the profile's (or the declaration's), or `timeout` when
+// given and not above it (InvalidArgument otherwise, saying to declare a duration); the CPU
+// limit keeps the profile's CPU/wall ratio. The sandbox lives at least as long as the run.
+absl::Status ApplyRunLimits(RunRequest& run, const RunLimits& limits, absl::Time now);
 // `moat run --json`'s result (sandbox/result.h) from what the agent reported.
 nlohmann::json RunResultJson(const AgentCommandResult& r);
 // POSIX sh single quoting: the word reads back as `word`.

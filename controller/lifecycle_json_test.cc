@@ -225,4 +225,70 @@ TEST(RunResultTest, TheMoatRunJsonShape) {
   EXPECT_EQ(RunResultJson(r)["violations"][0]["kind"], "memory");
 }
 
+TEST(RunRequestTest, LanguageProfilesAndDeclaredDurationsSetTheLimits) {
+  ControllerConfig config;
+  config.images = {{"*", "default"}};
+  absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  auto run = ParseRunRequest(R"js({"code": "console.log(1)", "language": "node"})js", config, now);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->profile, "javascript");
+  EXPECT_FALSE(run->declared.has_value());
+  ASSERT_TRUE(ApplyRunLimits(*run, {"javascript", absl::Seconds(60), absl::Seconds(15)}, now).ok());
+  EXPECT_EQ(run->command.timeout, absl::Seconds(60));
+  EXPECT_EQ(run->command.cpu_timeout, absl::Seconds(15));
+  EXPECT_EQ(run->spec.expires_at, now + absl::Seconds(90));
+  // A timeout lowers the wall limit; the CPU limit keeps the ratio.
+  run = ParseRunRequest(R"({"command": "make", "timeout": 20, "expectedDuration": 12.5})", config,
+                        now);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->profile, "shell");
+  EXPECT_EQ(run->declared, absl::Milliseconds(12500));
+  ASSERT_TRUE(ApplyRunLimits(*run, {"shell", absl::Seconds(60), absl::Seconds(15)}, now).ok());
+  EXPECT_EQ(run->command.timeout, absl::Seconds(20));
+  EXPECT_EQ(run->command.cpu_timeout, absl::Seconds(5));
+  EXPECT_EQ(run->spec.expires_at, now + absl::Seconds(60));
+  // Above the profile's wall limit: a 400 that says to declare the duration.
+  run = ParseRunRequest(R"({"command": "make", "timeout": 90})", config, now);
+  ASSERT_TRUE(run.ok());
+  absl::Status too_long =
+      ApplyRunLimits(*run, {"shell", absl::Seconds(30), absl::Seconds(7.5), true}, now);
+  EXPECT_TRUE(absl::IsInvalidArgument(too_long));
+  EXPECT_THAT(std::string(too_long.message()), HasSubstr("expectedDuration"));
+  EXPECT_THAT(std::string(too_long.message()), HasSubstr("lowered"));
+  for (const char* bad : {R"({"command": "a", "expectedDuration": 0})",
+                          R"({"command": "a", "expectedDuration": "10"})",
+                          R"({"command": "a", "expectedDuration": 301})"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(ParseRunRequest(bad, config, now).status())) << bad;
+  }
+}
+
+TEST(RunResultTest, CpuMemoryAndViolationsAsMoatRunReportsThem) {
+  AgentCommandResult r;
+  r.status = "cpu_timeout";
+  r.exit_code = 137;
+  r.cpu_seconds = 1.5;
+  r.peak_memory_bytes = 7 << 20;
+  r.oom_kills = 0;
+  r.pids_limit_hits = 2;
+  json j = RunResultJson(r);
+  EXPECT_EQ(j["status"], "cpu_timeout");
+  EXPECT_EQ(j["signal"], 9);
+  EXPECT_EQ(j["exit_code"], nullptr);
+  EXPECT_EQ(j["cpu_seconds"], 1.5);
+  EXPECT_EQ(j["peak_memory_bytes"], 7 << 20);
+  EXPECT_FALSE(j.contains("notes"));
+  ASSERT_EQ(j["violations"].size(), 1u);
+  EXPECT_EQ(j["violations"][0]["detail"], "2 fork(s) refused at the process limit");
+  r.status = "oom_killed";
+  r.oom_kills = 3;
+  r.pids_limit_hits = 0;
+  j = RunResultJson(r);
+  EXPECT_EQ(j["violations"][0]["detail"],
+            "3 process(es) killed by the OOM killer at the memory limit");
+  // An agent that reports no figures: 0, and a note that says why.
+  j = RunResultJson(AgentCommandResult{.status = "exited", .exit_code = 0});
+  EXPECT_EQ(j["cpu_seconds"], 0.0);
+  EXPECT_TRUE(j.contains("notes"));
+}
+
 }  // namespace moat::controller

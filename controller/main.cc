@@ -248,6 +248,9 @@ int Run(int argc, char** argv) {
     api_options.admin = admin.get();
   }
   if (config->precheck.enabled) api_options.precheck = &gate;
+  // POST /v1/run's language profiles and declared durations (config `languages:`).
+  RunLimiter run_limits(config->languages, config->max_declared_duration, store.get(), &clock);
+  api_options.run_limits = &run_limits;
   absl::StatusOr<std::unique_ptr<HttpApi>> api =
       HttpApi::Create(std::move(api_options), &nodes, &sandboxes, &metrics, &clock);
   if (!api.ok()) {

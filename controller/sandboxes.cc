@@ -6,6 +6,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "controller/lifecycle_json.h"
 #include "nlohmann/json.hpp"
 #include "util/log.h"
 #include "util/status_macros.h"
@@ -65,7 +67,8 @@ std::string EncodeSandbox(const Sandbox& s) {
             {"expires_ms", TimeToUnixMillis(s.expires_at)},
             {"node", s.node},
             {"agent_id", s.agent_id},
-            {"agent_token", s.agent_token}};
+            {"agent_token", s.agent_token},
+            {"entrypoint_command", s.entrypoint_command}};
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -97,6 +100,8 @@ absl::StatusOr<Sandbox> DecodeSandbox(absl::string_view text) {
     s.node = j.at("node").get<std::string>();
     s.agent_id = j.at("agent_id").get<std::string>();
     s.agent_token = j.at("agent_token").get<std::string>();
+    // Absent in records of controllers before entrypoints were started.
+    s.entrypoint_command = j.value("entrypoint_command", "");
     return s;
   } catch (const json::exception& e) {
     return absl::DataLossError(
@@ -280,8 +285,9 @@ absl::StatusOr<Sandbox> SandboxManager::Settle(Sandbox s, absl::Status placed, a
     s.reason.clear();
     s.message.clear();
     s.last_transition = clock_->Now();
+    placed = StartEntrypoint(s);
     // The one durable write of a create: the sandbox is acknowledged only once it is stored.
-    placed = Persist(s);
+    if (placed.ok()) placed = Persist(s);
     if (!placed.ok()) {
       // Not acknowledged: nothing may be left behind on the agent either.
       if (auto endpoint = nodes_->Endpoint(s.node); endpoint.ok()) {
@@ -333,7 +339,16 @@ void SandboxManager::RetryPending() {
     absl::StatusOr<Sandbox> settled = Settle(s, placed, s.created_at, warm);
     if (!settled.ok()) {
       LogWarning(absl::StrCat("placing pending sandbox ", s.id, ": ", settled.status().message()));
-      // The agents failed: it stays Pending for the next round.
+      if (absl::IsInvalidArgument(settled.status())) {
+        // Its entrypoint cannot run: another round would fail alike. The create was
+        // acknowledged (202), so its owner learns why on GET.
+        s.state = "Failed";
+        s.reason = "ENTRYPOINT_NOT_RUNNABLE";
+        s.message = std::string(settled.status().message());
+        s.last_transition = clock_->Now();
+        if (absl::Status st = Persist(s); !st.ok()) LogError(st.message());
+      }
+      // Otherwise the agents failed: it stays Pending for the next round.
       absl::MutexLock lock(&mu_);
       sandboxes_.emplace(s.id, s);
     }
@@ -353,6 +368,120 @@ void SandboxManager::StopPlacer() {
 }
 
 SandboxManager::~SandboxManager() { StopPlacer(); }
+
+absl::Status SandboxManager::StartEntrypoint(Sandbox& s) {
+  if (s.ephemeral || s.entrypoint.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(AgentEndpoint endpoint, nodes_->Endpoint(s.node));
+  // `sh -c 'exec prog'` starts whatever happens to prog, so whether it can run is asked first
+  // (a missing program would otherwise surface only as exit 127 after the create answered).
+  AgentCommand check;
+  check.command = absl::StrCat("p=", ShellQuote(s.entrypoint[0]),
+                               "; case $p in */*) [ -f \"$p\" ] && [ -x \"$p\" ] ;; *) command -v "
+                               "\"$p\" >/dev/null 2>&1 ;; esac");
+  check.env = s.env;
+  check.timeout = absl::Seconds(10);
+  absl::StatusOr<AgentCommandResult> checked =
+      agents_->RunCommand(endpoint, s.agent_id, s.agent_token, check);
+  if (!checked.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("checking the entrypoint on the agent: ", checked.status().message()));
+  }
+  if (checked->status == "exited" && checked->exit_code.value_or(-1) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "\"entrypoint\": \"", s.entrypoint[0],
+        "\" is not a program the sandbox can run (not in its PATH, or not an executable file); "
+        "give one its image has, e.g. [\"tail\", \"-f\", \"/dev/null\"]"));
+  }
+  if (checked->status != "exited") {
+    return absl::UnavailableError(
+        absl::StrCat("checking the entrypoint on the agent: the check ended ", checked->status));
+  }
+  std::vector<std::string> words;
+  for (const std::string& w : s.entrypoint) words.push_back(ShellQuote(w));
+  AgentCommand main;
+  main.command = absl::StrCat("exec ", absl::StrJoin(words, " "));
+  main.env = s.env;
+  absl::StatusOr<std::string> id = agents_->StartCommand(endpoint, s.agent_id, s.agent_token, main);
+  if (!id.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("starting the entrypoint on the agent: ", id.status().message()));
+  }
+  s.entrypoint_command = *id;
+  return absl::OkStatus();
+}
+
+void SandboxManager::WatchEntrypoints() {
+  std::vector<Sandbox> due;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_->Now();
+    for (auto it = entrypoint_checked_.begin(); it != entrypoint_checked_.end();) {
+      it = sandboxes_.contains(it->first) ? std::next(it) : entrypoint_checked_.erase(it);
+    }
+    for (const auto& [id, s] : sandboxes_) {
+      if (s.state != "Running" || s.entrypoint_command.empty()) continue;
+      auto [checked, fresh] = entrypoint_checked_.try_emplace(id, now);
+      // Looked at first one interval after it started (it started at most a create ago).
+      if (fresh || now - checked->second < options_.entrypoint_check_interval) continue;
+      checked->second = now;
+      due.push_back(s);
+    }
+  }
+  for (const Sandbox& s : due) {
+    absl::StatusOr<AgentEndpoint> endpoint = nodes_->Endpoint(s.node);
+    if (!endpoint.ok()) continue;  // Its node's fate decides (NotReady, Lost).
+    absl::StatusOr<AgentCommandState> state =
+        agents_->CommandState(*endpoint, s.agent_id, s.agent_token, s.entrypoint_command);
+    if (!state.ok()) {
+      // The agent did not answer, or no longer has the sandbox (Reconcile marks it missing).
+      continue;
+    }
+    if (!state->running) EndWithEntrypoint(s, *state);
+  }
+}
+
+void SandboxManager::EndWithEntrypoint(const Sandbox& ended, const AgentCommandState& state) {
+  Sandbox s;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sandboxes_.find(ended.id);
+    // Paused, deleted or ended otherwise meanwhile: not this watcher's to end.
+    if (it == sandboxes_.end() || it->second.state != "Running" ||
+        it->second.agent_id != ended.agent_id) {
+      return;
+    }
+    const int code = state.exit_code.value_or(-1);
+    if (code == 0) {
+      // OpenSandbox's Docker server: a container whose command exited 0 is Terminated.
+      it->second.state = "Terminated";
+      it->second.reason = "CONTAINER_EXITED";
+      it->second.message = "the entrypoint exited with code 0; the sandbox ended with it";
+    } else {
+      it->second.state = "Failed";
+      it->second.reason = "CONTAINER_EXITED_ERROR";
+      it->second.message =
+          code > 128  ? absl::StrCat("the entrypoint was killed by signal ", code - 128,
+                                     "; the sandbox ended with it")
+          : code >= 0 ? absl::StrCat("the entrypoint exited with code ", code,
+                                     "; the sandbox ended with it")
+                      : absl::StrCat("the entrypoint ended (", state.status,
+                                     state.error.empty() ? "" : absl::StrCat(": ", state.error),
+                                     "); the sandbox ended with it");
+    }
+    it->second.last_transition = clock_->Now();
+    s = it->second;
+  }
+  LogInfo(absl::StrCat("sandbox ", s.id, ": ", s.message));
+  if (absl::StatusOr<AgentEndpoint> endpoint = nodes_->Endpoint(s.node); endpoint.ok()) {
+    absl::Status deleted = agents_->Delete(*endpoint, s.agent_id);
+    if (!deleted.ok() && !absl::IsNotFound(deleted)) {
+      // Ended all the same: the reconciler deletes it when the node answers again.
+      LogWarning(absl::StrCat("ending sandbox ", s.id, ": ", deleted.message()));
+    }
+  }
+  nodes_->Release(s.node, s.tenant, s.resources);
+  if (absl::Status st = Persist(s); !st.ok()) LogError(st.message());
+}
 
 absl::StatusOr<Sandbox> SandboxManager::Get(const std::string& tenant,
                                             const std::string& id) const {
@@ -563,6 +692,7 @@ void SandboxManager::Tick() {
   }
   metrics_->SetSandboxes(by_state);
   metrics_->SetPending(pending);
+  WatchEntrypoints();
   std::vector<std::string> drained;
   {
     absl::MutexLock lock(&mu_);

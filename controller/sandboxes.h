@@ -7,7 +7,17 @@
 //                 └──(no node, retries spent)  │  └── Resuming ◀── Paused ◀── Pausing ◀─┐
 //                          ▼                   │        (resume)    (agent froze it) (pause)
 //                        Failed                ├──(its node lost)──▶ Failed (NODE_LOST)
-//                                              └──(its node drained)──▶ Failed (NODE_DRAINED)
+//                                              ├──(its node drained)──▶ Failed (NODE_DRAINED)
+//                                              ├──(entrypoint exited 0)──▶ Terminated
+//                                              └──(entrypoint failed)──▶ Failed
+//
+// The entrypoint is the sandbox's main process, as a container's command is on OpenSandbox's
+// Docker server: it is started (a background command through the agent, with the sandbox's
+// env) before the create answers, and a program the sandbox cannot run fails the create (400,
+// nothing left on the agent), as `docker run` fails. When it ends, the sandbox ends with it:
+// deleted on the agent, Terminated (reason CONTAINER_EXITED) after exit 0, else Failed
+// (CONTAINER_EXITED_ERROR, the code in the message), which its owner sees on GET until it is
+// deleted or expires. The controller looks at each entrypoint every entrypoint_check_interval.
 //
 // Durable writes (issue 12: at most two per lifecycle on the hot path): one when a sandbox is
 // Running (the create is acknowledged only after it), one when it is deleted. A create that no
@@ -67,6 +77,8 @@ struct Sandbox {
   absl::Time created_at, last_transition;
   absl::Time expires_at = absl::InfiniteFuture();  // InfiniteFuture: no expiry.
   std::string node, agent_id, agent_token;
+  // The agent's id of the entrypoint's command (started when the sandbox became Running).
+  std::string entrypoint_command;
   // A sandbox of POST /v1/run: never stored (no durable write at all), never left Pending. A
   // controller that crashes mid-run forgets it; the reconciler then deletes it as an orphan.
   bool ephemeral = false;
@@ -92,6 +104,7 @@ struct SandboxManagerOptions {
   absl::Duration retry_interval = absl::Milliseconds(200);  // While no node fits.
   absl::Duration agent_ttl_slack = absl::Minutes(1);     // Agents expire sandboxes this much later.
   absl::Duration no_expiry_agent_ttl = absl::Hours(24);  // Agent TTL for "no timeout" sandboxes.
+  absl::Duration entrypoint_check_interval = absl::Seconds(2);  // Tick asks agents this often.
 };
 
 class SandboxManager {
@@ -161,7 +174,8 @@ class SandboxManager {
   // sandboxes the controller does not know are deleted (orphans of a crash); Running sandboxes
   // the agent no longer has become Failed (SANDBOX_MISSING).
   absl::Status Reconcile(const std::string& node);
-  // Once a second: deletes expired sandboxes, refreshes the gauges.
+  // Once a second: deletes expired sandboxes, ends those whose entrypoint exited, refreshes the
+  // gauges.
   void Tick();
 
   int Pending() const;
@@ -183,6 +197,13 @@ class SandboxManager {
   // The agent's create for `s` on `node` (limits tighter than the node's profile, the policy).
   AgentCreate AgentRequest(const Sandbox& s, const std::string& node,
                            const std::string& attempt) const;
+  // Starts `s`'s entrypoint on its agent (sets entrypoint_command). InvalidArgument if its
+  // program is not one the sandbox can run; nothing to do for a /v1/run sandbox.
+  absl::Status StartEntrypoint(Sandbox& s);
+  // Asks the agents about the entrypoints not looked at for entrypoint_check_interval, and ends
+  // the sandboxes whose entrypoint has exited.
+  void WatchEntrypoints();
+  void EndWithEntrypoint(const Sandbox& s, const AgentCommandState& state);
   // Ends the sandboxes of a drained node (NODE_DRAINED); their ids.
   std::vector<std::string> EndDrained(const std::string& node);
 
@@ -200,6 +221,8 @@ class SandboxManager {
   // Id -> the attempt of the agent create in flight for it (kAttemptKey).
   std::map<std::string, std::string> attempts_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, absl::Time> drain_deadlines_ ABSL_GUARDED_BY(mu_);  // Node -> when.
+  // Sandbox id -> when its entrypoint was last looked at.
+  std::map<std::string, absl::Time> entrypoint_checked_ ABSL_GUARDED_BY(mu_);
   std::thread placer_;
   absl::Notification stop_placer_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_){std::random_device{}()};

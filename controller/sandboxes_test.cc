@@ -275,6 +275,89 @@ TEST_F(SandboxManagerTest, ListIsNewestFirst) {
   EXPECT_EQ(list[0].id, "new");
 }
 
+TEST_F(SandboxManagerTest, TheEntrypointStartsBeforeTheCreateAnswers) {
+  auto m = Manager();
+  Sandbox spec = Spec("a");
+  spec.entrypoint = {"tail", "-f", "/dev/null"};
+  spec.env = {{"GREETING", "hi"}};
+  auto s = m->Create(spec);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_FALSE(s->entrypoint_command.empty());
+  EXPECT_EQ(s->entrypoint_command, agents_.LastStarted());
+  AgentCommand started = agents_.StartedCommand(s->entrypoint_command);
+  EXPECT_EQ(started.command, "exec 'tail' '-f' '/dev/null'");
+  EXPECT_EQ(started.env.at("GREETING"), "hi");
+  // Stored with the sandbox, in the create's one write: a restarted controller still watches it.
+  EXPECT_EQ(*store_.Revision(), 1);
+  EXPECT_EQ(DecodeSandbox((*store_.Get("sandboxes/a"))->value)->entrypoint_command,
+            s->entrypoint_command);
+  // POST /v1/run's sandboxes run their command, not an entrypoint.
+  Sandbox run = Spec("r");
+  auto ran = m->Run(run, AgentCommand{.command = "true"});
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_EQ(agents_.LastStarted(), s->entrypoint_command);
+}
+
+TEST_F(SandboxManagerTest, AnEntrypointTheSandboxCannotRunFailsTheCreate) {
+  AgentCommandResult not_found;
+  not_found.status = "exited";
+  not_found.exit_code = 127;
+  agents_.SetCommandResult(not_found);
+  auto m = Manager();
+  Sandbox spec = Spec("a");
+  spec.entrypoint = {"/no/such/program"};
+  auto s = m->Create(spec);
+  EXPECT_TRUE(absl::IsInvalidArgument(s.status())) << s.status();
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("/no/such/program"));
+  EXPECT_THAT(agents_.LastCommand().command, HasSubstr("'/no/such/program'"));
+  // Nothing kept: not on the agent, not reserved, not stored.
+  for (const char* n : {"n1", "n2", "n3"}) {
+    EXPECT_EQ(agents_.Running(absl::StrCat("http://", n)), 0) << n;
+    EXPECT_EQ(nodes_.Get(n)->allocated.cpu, 0) << n;
+  }
+  EXPECT_TRUE(absl::IsNotFound(m->Get("acme", "a").status()));
+  EXPECT_FALSE(store_.Get("sandboxes/a")->has_value());
+  EXPECT_TRUE(agents_.LastStarted().empty());
+}
+
+TEST_F(SandboxManagerTest, TheSandboxEndsWithItsEntrypoint) {
+  auto m = Manager();
+  auto a = m->Create(Spec("a"));
+  auto b = m->Create(Spec("b"));
+  auto c = m->Create(Spec("c"));
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  agents_.EndCommand(a->entrypoint_command, 0);
+  agents_.EndCommand(b->entrypoint_command, 3);
+  // Not looked at before an interval has passed since the sandbox started.
+  m->Tick();
+  EXPECT_EQ(agents_.StateReads(), 0);
+  clock_.Advance(absl::Seconds(3));
+  m->Tick();
+  EXPECT_EQ(agents_.StateReads(), 3);
+  auto got = m->Get("acme", "a");
+  EXPECT_EQ(got->state, "Terminated");
+  EXPECT_EQ(got->reason, "CONTAINER_EXITED");
+  got = m->Get("acme", "b");
+  EXPECT_EQ(got->state, "Failed");
+  EXPECT_EQ(got->reason, "CONTAINER_EXITED_ERROR");
+  EXPECT_THAT(got->message, HasSubstr("exited with code 3"));
+  EXPECT_EQ(m->Get("acme", "c")->state, "Running");
+  // Gone from their agents, their reservations released, the end stored.
+  EXPECT_EQ(agents_.Running("http://" + a->node) + agents_.Running("http://" + b->node) +
+                agents_.Running("http://" + c->node),
+            1);
+  EXPECT_EQ(DecodeSandbox((*store_.Get("sandboxes/b"))->value)->state, "Failed");
+  // A paused sandbox is not ended (its entrypoint is frozen, not gone).
+  ASSERT_TRUE(m->Pause("acme", "c").ok());
+  agents_.EndCommand(c->entrypoint_command, 0);
+  clock_.Advance(absl::Seconds(3));
+  m->Tick();
+  EXPECT_EQ(m->Get("acme", "c")->state, "Paused");
+  // Deleting the ended ones works and frees their records.
+  EXPECT_TRUE(m->Delete("acme", "a").ok());
+  EXPECT_TRUE(absl::IsNotFound(m->Get("acme", "a").status()));
+}
+
 }  // namespace
 TEST_F(SandboxManagerTest, PauseAndResumeGoThroughTheAgentAndAreStored) {
   auto m = Manager();

@@ -80,7 +80,7 @@ show "$moat" run --server "$MOAT_SERVER" --json -- python3 -c 'print("key=sk-abc
 echo
 echo "== the SDK's flow (OpenSandbox's lifecycle API, what Sandbox.create and commands.run send)"
 echo '$ POST /v1/sandboxes   (answers once the sandbox is Running)'
-created=$(api -d '{"image": {"uri": "debian:12"}, "entrypoint": ["/bin/sh"], "timeout": 600,
+created=$(api -d '{"image": {"uri": "debian:12"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
                    "resourceLimits": {"cpu": "1", "memory": "512Mi"}}' \
   http://127.0.0.1:8080/v1/sandboxes)
 echo "$created"

@@ -1,6 +1,6 @@
 // An in-process fleet of agents for tests and the scheduling bench: Create/Delete/List/Renew/
-// Pause/Resume act on per-node maps; failures can be injected per node. A create is "warm" when
-// it asks for the profile's defaults (no limits, no policy), as on a real agent.
+// Pause/Resume and commands act on per-node maps; failures can be injected per node. A create is
+// "warm" when it asks for the profile's defaults (no limits, no policy), as on a real agent.
 #pragma once
 
 #include <functional>
@@ -85,6 +85,53 @@ class FakeAgents final : public AgentClient {
     r.status = "exited";
     r.exit_code = 0;
     return r;
+  }
+
+  // Background commands: each starts "running" until EndCommand.
+  absl::StatusOr<std::string> StartCommand(const AgentEndpoint& agent, const std::string& id,
+                                           const std::string& token,
+                                           const AgentCommand& command) override {
+    absl::MutexLock lock(&mu_);
+    if (!running_[agent.url].contains(id)) return absl::NotFoundError("no such sandbox");
+    if (running_[agent.url][id].token != token) return absl::UnauthenticatedError("wrong token");
+    if (failing_.contains(agent.url)) {
+      return absl::UnavailableError(absl::StrCat("agent ", agent.url, " is failing"));
+    }
+    const std::string command_id = absl::StrCat("cmd-", ++next_);
+    started_[command_id] = {id, command, AgentCommandState{true, "running", std::nullopt, ""}};
+    last_started_ = command_id;
+    return command_id;
+  }
+  absl::StatusOr<AgentCommandState> CommandState(const AgentEndpoint& agent, const std::string& id,
+                                                 const std::string& token,
+                                                 const std::string& command_id) override {
+    absl::MutexLock lock(&mu_);
+    ++state_reads_;
+    if (!running_[agent.url].contains(id)) return absl::NotFoundError("no such sandbox");
+    auto it = started_.find(command_id);
+    if (it == started_.end() || it->second.sandbox != id) {
+      return absl::NotFoundError("no such command");
+    }
+    return it->second.state;
+  }
+  // The background command `command_id` ends with `exit_code`.
+  void EndCommand(const std::string& command_id, int exit_code) {
+    absl::MutexLock lock(&mu_);
+    AgentCommandState& state = started_[command_id].state;
+    state = {false, exit_code > 128 ? "signaled" : "exited", exit_code, ""};
+  }
+  // The last background command started: its id, and what it ran.
+  std::string LastStarted() {
+    absl::MutexLock lock(&mu_);
+    return last_started_;
+  }
+  AgentCommand StartedCommand(const std::string& command_id) {
+    absl::MutexLock lock(&mu_);
+    return started_[command_id].command;
+  }
+  int StateReads() {
+    absl::MutexLock lock(&mu_);
+    return state_reads_;
   }
 
   void SetCommandResult(AgentCommandResult result) {
@@ -180,6 +227,14 @@ class FakeAgents final : public AgentClient {
   std::function<void(const std::string&)> on_create_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> after_create_ ABSL_GUARDED_BY(mu_);
   std::optional<AgentCommandResult> command_result_ ABSL_GUARDED_BY(mu_);
+  struct Started {
+    std::string sandbox;
+    AgentCommand command;
+    AgentCommandState state;
+  };
+  std::map<std::string, Started> started_ ABSL_GUARDED_BY(mu_);
+  std::string last_started_ ABSL_GUARDED_BY(mu_);
+  int state_reads_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace moat::controller::testing

@@ -5,9 +5,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "e2e/controller/fleet.h"
 #include "gmock/gmock.h"
@@ -31,6 +34,36 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
+// The moat binary with `args` (output in `dir`); MOAT_SERVER and MOAT_API_KEY set when given,
+// `env` added.
+Ran RunMoat(const std::string& dir, std::vector<std::string> args, const std::string& server,
+            const std::string& key, const std::map<std::string, std::string>& env = {}) {
+  const std::string out = dir + "/cli.out", err = dir + "/cli.err";
+  pid_t pid = fork();
+  if (pid == 0) {
+    int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(o, 1);
+    dup2(e, 2);
+    unsetenv("MOAT_SERVER");
+    unsetenv("MOAT_API_KEY");
+    unsetenv("MOAT_CA_FILE");
+    if (!server.empty()) setenv("MOAT_SERVER", server.c_str(), 1);
+    if (!key.empty()) setenv("MOAT_API_KEY", key.c_str(), 1);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    std::string bin = Fleet::MoatBinary();
+    std::vector<char*> argv = {bin.data()};
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  int wstatus = 0;
+  waitpid(pid, &wstatus, 0);
+  return {WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus), ReadFile(out),
+          ReadFile(err)};
+}
+
 class CliE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -38,6 +71,9 @@ class CliE2eTest : public ::testing::Test {
     auto fleet = Fleet::Create();
     ASSERT_TRUE(fleet.ok()) << fleet.status();
     fleet_ = *std::move(fleet);
+    // A shell profile with a short CPU limit, so a CPU timeout can be compared with moat run's.
+    fleet_->set_extra_config(
+        "languages: {shell: {wall: 60s, cpu: 2s}, python: {wall: 60s, cpu: 15s}}\n");
     ASSERT_TRUE(fleet_->StartController().ok());
     ASSERT_TRUE(fleet_->StartAgent({.name = "a1"}).ok());
     server_ = absl::StrCat("http://127.0.0.1:", fleet_->controller().port());
@@ -45,31 +81,8 @@ class CliE2eTest : public ::testing::Test {
 
   // The moat binary with `args`, MOAT_SERVER and MOAT_API_KEY set unless `bare`.
   Ran Moat(std::vector<std::string> args, bool bare = false) {
-    const std::string out = fleet_->dir() + "/cli.out", err = fleet_->dir() + "/cli.err";
-    pid_t pid = fork();
-    if (pid == 0) {
-      int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      dup2(o, 1);
-      dup2(e, 2);
-      if (bare) {
-        unsetenv("MOAT_SERVER");
-        unsetenv("MOAT_API_KEY");
-      } else {
-        setenv("MOAT_SERVER", server_.c_str(), 1);
-        setenv("MOAT_API_KEY", fleet_->api_key().c_str(), 1);
-      }
-      std::string bin = Fleet::MoatBinary();
-      std::vector<char*> argv = {bin.data()};
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(bin.c_str(), argv.data());
-      _exit(127);
-    }
-    int wstatus = 0;
-    waitpid(pid, &wstatus, 0);
-    return {WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus), ReadFile(out),
-            ReadFile(err)};
+    return RunMoat(fleet_->dir(), std::move(args), bare ? "" : server_,
+                   bare ? "" : fleet_->api_key());
   }
 
   std::unique_ptr<Fleet> fleet_;
@@ -111,10 +124,158 @@ TEST_F(CliE2eTest, RunWithServerKeepsTheLocalContract) {
   EXPECT_THAT(r.err, HasSubstr("401"));
   r = Moat({"run", "--server", server_, "--policy", "/etc/passwd", "--", "true"});
   EXPECT_EQ(r.status, 125);
-  r = Moat({"run", "--server", "https://127.0.0.1:8443", "--", "true"});
+  r = Moat({"run", "--server", "https://127.0.0.1:1", "--", "true"});
   EXPECT_EQ(r.status, 125);
-  EXPECT_THAT(r.err, HasSubstr("plain http://"));
+  EXPECT_THAT(r.err, HasSubstr("cannot reach the controller"));
   EXPECT_TRUE(fleet_->Call("GET", "/v1/sandboxes").second["items"].empty());
+}
+
+// Every field of `moat run --json`, locally and through the controller (POST /v1/run), for the
+// ways a run ends: any difference in status, exit code, signal, output (byte for byte, a last
+// line without its newline included), truncation, violations fails; CPU time and peak memory
+// are measured, so they are compared as ranges both must fall in.
+TEST_F(CliE2eTest, RunWithServerMatchesALocalRunFieldByField) {
+  struct Case {
+    std::string name;
+    std::vector<std::string> local_flags, server_flags, command;
+    double min_cpu = 0, max_cpu = 1e9;
+    uint64_t min_peak = 0;
+  };
+  const std::string spin =
+      "import time\nt = time.process_time()\n"
+      "while time.process_time() - t < 0.4: pass\n"
+      "b = bytearray(48 << 20)\nb[::4096] = b'x' * len(b[::4096])\n";
+  const std::vector<Case> cases = {
+      {"exit code, both streams, a partial last line",
+       {},
+       {},
+       {"sh", "-c", "printf 'a\\nb'; echo err >&2; exit 3"}},
+      {"cpu and memory", {}, {}, {"python3", "-c", spin}, 0.4, 5, uint64_t{48} << 20},
+      {"signal", {}, {}, {"sh", "-c", "kill -9 $$"}},
+      {"wall timeout", {"--wall-timeout", "1s"}, {"--wall-timeout", "1s"}, {"sleep", "30"}},
+      // The controller's shell profile: 2 s of CPU (SetUp); moat run's flag says the same.
+      {"cpu timeout", {"--cpu-timeout", "2s"}, {}, {"sh", "-c", "while :; do :; done"}, 2, 10},
+      {"oom kill",
+       {"--memory", "64M"},
+       {"--memory", "64M"},
+       {"python3", "-c", "b = bytearray(256 << 20); b[::4096] = b'x' * len(b[::4096])"}},
+      {"truncation", {}, {}, {"sh", "-c", "yes | head -c 1500000; yes e | head -c 10 >&2"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<std::string> local_args = {"run", "--json"};
+    local_args.insert(local_args.end(), c.local_flags.begin(), c.local_flags.end());
+    local_args.push_back("--");
+    local_args.insert(local_args.end(), c.command.begin(), c.command.end());
+    std::vector<std::string> server_args = {"run", "--server", server_, "--json"};
+    server_args.insert(server_args.end(), c.server_flags.begin(), c.server_flags.end());
+    server_args.push_back("--");
+    server_args.insert(server_args.end(), c.command.begin(), c.command.end());
+    Ran local = Moat(local_args, /*bare=*/true);
+    Ran remote = Moat(server_args);
+    ASSERT_EQ(local.status, 0) << local.err;
+    ASSERT_EQ(remote.status, 0) << remote.err;
+    json l = json::parse(local.out), r = json::parse(remote.out);
+    for (const auto& [k, v] : l.items()) EXPECT_TRUE(r.contains(k)) << k;
+    for (const auto& [k, v] : r.items()) EXPECT_TRUE(l.contains(k)) << k << " " << r.dump();
+    for (const char* k : {"status", "exit_code", "signal", "stdout", "stderr", "stdout_truncated",
+                          "stderr_truncated", "violations"}) {
+      // The one difference left (docs/controller.md, "Not yet"): past the agent's 1 MiB log
+      // per command, lines its event stream had not sent yet are dropped and said so on
+      // stderr ("[moat: N bytes dropped]"); moat run keeps each stream's first 1 MiB. Both
+      // say the output was cut; the text is compared where it is the same.
+      if (c.name == "truncation" && std::string(k) == "stdout") {
+        EXPECT_EQ(l[k].get<std::string>().substr(0, 65536),
+                  r[k].get<std::string>().substr(0, 65536));
+        continue;
+      }
+      if (c.name == "truncation" && std::string(k) == "stderr") {
+        EXPECT_TRUE(absl::EndsWith(r[k].get<std::string>(), l[k].get<std::string>())) << r[k];
+        continue;
+      }
+      EXPECT_EQ(l[k], r[k]) << k;
+    }
+    for (const json* j : {&l, &r}) {
+      EXPECT_GT((*j)["wall_seconds"].get<double>(), 0);
+      EXPECT_GE((*j)["cpu_seconds"].get<double>(), c.min_cpu) << j->dump().substr(0, 400);
+      EXPECT_LE((*j)["cpu_seconds"].get<double>(), c.max_cpu);
+      EXPECT_GE((*j)["peak_memory_bytes"].get<uint64_t>(), c.min_peak);
+      EXPECT_GT((*j)["peak_memory_bytes"].get<uint64_t>(), 0u);
+    }
+    // And without --json: the same exit status and output.
+    local_args.erase(local_args.begin() + 1);
+    server_args.erase(server_args.begin() + 3);
+    if (c.name == "truncation") continue;  // moat run without --json streams all of it.
+    Ran local_plain = Moat(local_args, /*bare=*/true);
+    Ran remote_plain = Moat(server_args);
+    EXPECT_EQ(local_plain.status, remote_plain.status) << remote_plain.err;
+    EXPECT_EQ(local_plain.out, remote_plain.out);
+  }
+  EXPECT_TRUE(fleet_->Call("GET", "/v1/sandboxes").second["items"].empty());
+}
+
+// https:// with the certificate verified, against a private CA made here, for a host name.
+TEST(CliTlsE2eTest, HttpsWithAPrivateCaAndAHostName) {
+  if (geteuid() != 0) GTEST_SKIP() << "the fleet's directories are root's";
+  auto made = Fleet::Create();
+  ASSERT_TRUE(made.ok()) << made.status();
+  std::unique_ptr<Fleet> fleet = *std::move(made);
+  const std::string d = fleet->dir();
+  // A CA, and a server certificate it signs for the name "localhost" only.
+  const std::string openssl = absl::StrCat(
+      "cd ", d,
+      " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 "
+      "-subj /CN=moat-test-ca 2>/dev/null"
+      " && openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr "
+      "-subj /CN=localhost 2>/dev/null"
+      " && printf 'subjectAltName=DNS:localhost\\n' > san.ext"
+      " && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+      "-out server.pem -days 2 -extfile san.ext 2>/dev/null"
+      " && openssl req -x509 -newkey rsa:2048 -nodes -keyout other.key -out other.pem -days 2 "
+      "-subj /CN=localhost 2>/dev/null");
+  ASSERT_EQ(std::system(openssl.c_str()), 0);
+  fleet->set_extra_config(
+      absl::StrCat("tls: {cert: ", d, "/server.pem, key: ", d, "/server.key}\n"));
+  ASSERT_TRUE(fleet->StartController().ok()) << fleet->controller().Log();
+  const int port = fleet->controller().port();
+  const std::string by_name = absl::StrCat("https://localhost:", port);
+  const std::string ca = d + "/ca.pem";
+  // Verified against the CA, for the name the URL gives (resolved through /etc/hosts).
+  Ran ls = RunMoat(d, {"node", "ls", "--json", "--ca-file", ca}, by_name, fleet->api_key());
+  EXPECT_EQ(ls.status, 0) << ls.err;
+  EXPECT_EQ(json::parse(ls.out, nullptr, false), json::array()) << ls.out;
+  Ran sandboxes =
+      RunMoat(d, {"sandbox", "ls", "--json"}, by_name, fleet->api_key(), {{"MOAT_CA_FILE", ca}});
+  EXPECT_EQ(sandboxes.status, 0) << sandboxes.err;
+  // moat run reaches it: no node has joined, which the controller itself says (429).
+  Ran run =
+      RunMoat(d, {"run", "--server", by_name, "--ca-file", ca, "--", "true"}, "", fleet->api_key());
+  EXPECT_EQ(run.status, 125);
+  EXPECT_THAT(run.err, HasSubstr("no node has joined"));
+  Ran tenants = RunMoat(
+      d,
+      {"tenant", "ls", "--server", by_name, "--ca-file", ca, "--admin-key-file", d + "/admin.key"},
+      "", "");
+  EXPECT_EQ(tenants.status, 0) << tenants.err;
+  // Not trusted without the CA (the system's store does not have it).
+  Ran untrusted = RunMoat(d, {"node", "ls"}, by_name, fleet->api_key());
+  EXPECT_EQ(untrusted.status, 125);
+  EXPECT_THAT(untrusted.err, HasSubstr("is not trusted"));
+  EXPECT_THAT(untrusted.err, HasSubstr("--ca-file"));
+  // A CA that did not sign it: refused too.
+  Ran wrong_ca =
+      RunMoat(d, {"node", "ls", "--ca-file", d + "/other.pem"}, by_name, fleet->api_key());
+  EXPECT_EQ(wrong_ca.status, 125);
+  EXPECT_THAT(wrong_ca.err, HasSubstr("is not trusted"));
+  // The certificate names localhost, not 127.0.0.1: the address does not match it.
+  Ran by_ip = RunMoat(d, {"node", "ls", "--ca-file", ca}, absl::StrCat("https://127.0.0.1:", port),
+                      fleet->api_key());
+  EXPECT_EQ(by_ip.status, 125);
+  EXPECT_THAT(by_ip.err, HasSubstr("is not trusted"));
+  // Plain http:// to the TLS port gets no answer it can read.
+  EXPECT_EQ(
+      RunMoat(d, {"node", "ls"}, absl::StrCat("http://localhost:", port), fleet->api_key()).status,
+      125);
 }
 
 TEST_F(CliE2eTest, SandboxAndNodeCommands) {

@@ -19,7 +19,7 @@ using nlohmann::json;
 using ::testing::HasSubstr;
 
 constexpr char kCreate[] =
-    R"({"image": {"uri": "python:3.11"}, "entrypoint": ["/bin/sh"], "timeout": 600,
+    R"({"image": {"uri": "python:3.11"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
         "resourceLimits": {"cpu": "250m", "memory": "128Mi"}})";
 
 class ControllerE2eTest : public ::testing::Test {
@@ -280,9 +280,9 @@ TEST_F(ControllerE2eTest, PauseFreezesOnTheAgentAndResumeThaws) {
 
 TEST_F(ControllerE2eTest, ResourceLimitsAndNetworkPolicyReachTheAgent) {
   ASSERT_TRUE(fleet_->StartAgent({.name = "a1"}).ok());
-  auto [status, sb] =
-      fleet_->Call("POST", "/v1/sandboxes",
-                   R"({"image": {"uri": "python:3.11"}, "entrypoint": ["/bin/sh"], "timeout": 600,
+  auto [status, sb] = fleet_->Call(
+      "POST", "/v1/sandboxes",
+      R"({"image": {"uri": "python:3.11"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
           "resourceLimits": {"cpu": "500m", "memory": "128Mi"},
           "networkPolicy": {"defaultAction": "deny",
                             "egress": [{"action": "allow", "target": "example.com"}]}})");
@@ -357,6 +357,68 @@ TEST_F(ControllerE2eTest, RunInOneCallOnAWarmSandbox) {
   ASSERT_EQ(tstatus, 200) << slow.dump();
   EXPECT_EQ(slow["status"], "wall_timeout") << slow.dump();
   EXPECT_TRUE(AgentSandboxes("a1").empty());
+}
+
+// The entrypoint is the sandbox's main process (OpenSandbox's Docker server runs it as the
+// container's command): started with the request's env before the create answers, a program
+// the sandbox cannot run fails the create, and the sandbox ends when it exits.
+TEST_F(ControllerE2eTest, TheEntrypointRunsAsTheMainProcessAndTheSandboxEndsWithIt) {
+  ASSERT_TRUE(fleet_->StartAgent({.name = "a1"}).ok());
+  httplib::Client client("127.0.0.1", fleet_->controller().port());
+  const httplib::Headers key = {{"OPEN-SANDBOX-API-KEY", fleet_->api_key()}};
+  auto run = [&](const std::string& id, const std::string& command) {
+    auto res = client.Post("/v1/sandboxes/" + id + "/proxy/44772/command", key,
+                           json{{"command", command}}.dump(), "application/json");
+    return res ? res->body : std::string("no answer");
+  };
+  auto state = [&](const std::string& id) {
+    return fleet_->Call("GET", "/v1/sandboxes/" + id).second["status"];
+  };
+  auto [status, sb] = fleet_->Call(
+      "POST", "/v1/sandboxes",
+      R"({"image": {"uri": "python:3.11"}, "timeout": 600, "env": {"GREETING": "hello"},
+          "entrypoint": ["sh", "-c", "echo \"$GREETING\" > /tmp/entrypoint.out; exec sleep 600"]})");
+  ASSERT_EQ(status, 202) << sb.dump();
+  ASSERT_EQ(sb["status"]["state"], "Running") << sb.dump();
+  const std::string id = sb["id"];
+  EXPECT_TRUE(Fleet::WaitFor(
+      [&] { return run(id, "cat /tmp/entrypoint.out").find("hello") != std::string::npos; },
+      absl::Seconds(5)));
+  // Still Running after several of the controller's looks at it (every 2 s).
+  absl::SleepFor(absl::Seconds(5));
+  EXPECT_EQ(state(id)["state"], "Running");
+  // Its main process killed: the sandbox ends, Failed, and is gone from the agent.
+  run(id,
+      "for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" = sleep ] && kill ${p#/proc/}; "
+      "done");
+  ASSERT_TRUE(Fleet::WaitFor([&] { return state(id)["state"] == "Failed"; }, absl::Seconds(15)))
+      << state(id).dump();
+  EXPECT_EQ(state(id)["reason"], "CONTAINER_EXITED_ERROR");
+  EXPECT_THAT(state(id)["message"].get<std::string>(), HasSubstr("signal 15"));
+  // The state flips first, then the agent is told: gone from it a moment later.
+  EXPECT_TRUE(Fleet::WaitFor([&] { return AgentSandboxes("a1").empty(); }, absl::Seconds(10)));
+  // An entrypoint that exits 0 at once: Running when created, then Terminated.
+  std::tie(status, sb) = fleet_->Call(
+      "POST", "/v1/sandboxes", R"({"image": {"uri": "python:3.11"}, "entrypoint": ["true"]})");
+  ASSERT_EQ(sb["status"]["state"], "Running") << sb.dump();
+  const std::string done = sb["id"];
+  ASSERT_TRUE(
+      Fleet::WaitFor([&] { return state(done)["state"] == "Terminated"; }, absl::Seconds(15)));
+  EXPECT_EQ(state(done)["reason"], "CONTAINER_EXITED");
+  EXPECT_TRUE(Fleet::WaitFor([&] { return AgentSandboxes("a1").empty(); }, absl::Seconds(10)));
+  EXPECT_EQ(fleet_->Call("DELETE", "/v1/sandboxes/" + done).first, 204);
+  // A program the sandbox does not have: the create fails, nothing is left anywhere.
+  std::tie(status, sb) =
+      fleet_->Call("POST", "/v1/sandboxes",
+                   R"({"image": {"uri": "python:3.11"}, "entrypoint": ["/no/such/program"]})");
+  EXPECT_EQ(status, 400) << sb.dump();
+  EXPECT_THAT(sb["message"].get<std::string>(), HasSubstr("/no/such/program"));
+  std::tie(status, sb) = fleet_->Call(
+      "POST", "/v1/sandboxes", R"({"image": {"uri": "python:3.11"}, "entrypoint": ["nope"]})");
+  EXPECT_EQ(status, 400) << sb.dump();
+  EXPECT_TRUE(AgentSandboxes("a1").empty());
+  EXPECT_EQ(fleet_->Call("GET", "/v1/sandboxes?state=Running").second["pagination"]["totalItems"],
+            0);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -157,10 +158,19 @@ absl::Status Fleet::StartController() {
       !st.ok()) {
     return st;
   }
-  httplib::Client client("127.0.0.1", controller_port_);
+  // A controller serving TLS (extra config `tls:`) is asked over TLS, unverified: the test
+  // checks the certificate itself.
+  std::unique_ptr<httplib::ClientImpl> client;
+  if (absl::StrContains(extra_config_, "tls:")) {
+    auto tls = std::make_unique<httplib::SSLClient>("127.0.0.1", controller_port_);
+    tls->enable_server_certificate_verification(false);
+    client = std::move(tls);
+  } else {
+    client = std::make_unique<httplib::ClientImpl>("127.0.0.1", controller_port_);
+  }
   if (!WaitFor(
           [&] {
-            auto r = client.Get("/health");
+            auto r = client->Get("/health");
             return r && r->status == 200;
           },
           absl::Seconds(10))) {

@@ -22,7 +22,7 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr char kCreate[] =
-    R"({"image": {"uri": "python:3.11"}, "entrypoint": ["/bin/sh"], "timeout": 600,
+    R"({"image": {"uri": "python:3.11"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
         "resourceLimits": {"cpu": "250m", "memory": "128Mi"}})";
 constexpr absl::Duration kLeaseTtl = absl::Seconds(6);  // Fleet::StartReplica's.
 

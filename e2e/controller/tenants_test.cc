@@ -20,7 +20,7 @@ using nlohmann::json;
 using ::testing::HasSubstr;
 
 constexpr char kCreate[] =
-    R"({"image": {"uri": "python:3.11"}, "entrypoint": ["/bin/sh"], "timeout": 600,
+    R"({"image": {"uri": "python:3.11"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
         "resourceLimits": {"cpu": "250m", "memory": "128Mi"}})";
 
 class TenantsE2eTest : public ::testing::Test {

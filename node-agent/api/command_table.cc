@@ -154,6 +154,7 @@ std::string StatusName(const CommandStatus& status) {
   if (!status.exit_code.has_value()) return "failed_to_start";
   if (status.exit.oom_killed) return "oom_killed";
   if (status.exit.timed_out) return "timed_out";
+  if (status.exit.cpu_timed_out) return "cpu_timeout";
   if (status.exit.interrupted) return "interrupted";
   if (status.exit.signal != 0) return "signaled";
   return "exited";

@@ -89,7 +89,7 @@ struct CommandStatus {
 };
 
 // What ended it, as `moat run --json`'s status: "running", "exited", "signaled", "timed_out",
-// "interrupted", "oom_killed", or "failed_to_start".
+// "cpu_timeout", "interrupted", "oom_killed", or "failed_to_start".
 std::string StatusName(const CommandStatus& status);
 
 // One command. Thread-safe: the backend's callbacks write, API handlers read.

@@ -53,14 +53,17 @@ absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body) {
     } else if (key == "background") {
       if (!value.is_boolean()) return Bad(key, "must be true or false");
       out.background = value.get<bool>();
-    } else if (key == "timeout") {
+    } else if (key == "timeout" || key == "cpu_timeout") {
       if (!value.is_number_integer() || (!value.is_number_unsigned() && value.get<int64_t>() < 0)) {
         return Bad(key, "must be a whole number of milliseconds, 0 or more");
       }
       uint64_t ms = value.get<uint64_t>();
       constexpr uint64_t kMaxMs = uint64_t{365} * 24 * 3600 * 1000;
       if (ms > kMaxMs) return Bad(key, "is more than a year; give less");
-      if (ms > 0) out.timeout = absl::Milliseconds(static_cast<int64_t>(ms));
+      if (ms > 0) {
+        (key == "timeout" ? out.timeout : out.cpu_timeout) =
+            absl::Milliseconds(static_cast<int64_t>(ms));
+      }
     } else if (key == "uid" || key == "gid") {
       // Ids inside the sandbox's user namespace, which maps one: 0, the sandbox's root (its
       // owner's id on the host). Any other id is unmapped: the kernel could not run as it.
@@ -91,8 +94,9 @@ absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body) {
         out.envs[name] = text;
       }
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown field \"", key, "\"; allowed: background, command, cwd, envs, timeout"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown field \"", key,
+                       "\"; allowed: background, command, cpu_timeout, cwd, envs, timeout"));
     }
   }
   if (out.command.find_first_not_of(" \t\n") == std::string::npos) {
@@ -133,7 +137,8 @@ std::optional<json> ErrorFor(const CommandStatus& status) {
     // As execd: the exit code is the error's value.
     std::string why =
         status.error.empty() ? absl::StrCat("exit status ", *status.exit_code) : status.error;
-    error = {{"ename", status.exit.timed_out ? "CommandTimeout" : "CommandExecError"},
+    const bool timeout = status.exit.timed_out || status.exit.cpu_timed_out;
+    error = {{"ename", timeout ? "CommandTimeout" : "CommandExecError"},
              {"evalue", std::to_string(*status.exit_code)},
              {"traceback", json::array({why})}};
   }
@@ -495,6 +500,20 @@ void ExecdApi::RegisterCommandRoutes(httplib::Server& s) {
                        {"finished_at", nullptr}};
           if (status.exit_code.has_value()) body["exit_code"] = *status.exit_code;
           if (!status.running) body["finished_at"] = FormatApiTime(status.finished);
+          // moat's: the sandbox cgroup's CPU time across the command and its peak memory
+          // (backend.h, ExecExit), so POST /v1/run reports what `moat run --json` does.
+          if (status.exit.cpu.has_value()) {
+            body["cpu_seconds"] = absl::ToDoubleSeconds(*status.exit.cpu);
+          }
+          if (status.exit.peak_memory_bytes.has_value()) {
+            body["peak_memory_bytes"] = *status.exit.peak_memory_bytes;
+          }
+          if (status.exit.sandbox_oom_kills.has_value()) {
+            body["sandbox_oom_kills"] = *status.exit.sandbox_oom_kills;
+          }
+          if (status.exit.sandbox_pids_limit_hits.has_value()) {
+            body["sandbox_pids_limit_hits"] = *status.exit.sandbox_pids_limit_hits;
+          }
           SendJson(res, body);
         });
   s.Get(
@@ -591,6 +610,7 @@ std::shared_ptr<Command> ExecdApi::StartCommand(const httplib::Request& req, htt
   exec.command = request->command;
   exec.cwd = request->cwd;
   exec.timeout = request->timeout;
+  exec.cpu_timeout = request->cpu_timeout;
   std::map<std::string, std::string> env = {{"PATH", kDefaultPath}};
   for (const auto& [k, v] : record->env) env[k] = v;
   for (const auto& [k, v] : request->envs) env[k] = v;
@@ -684,7 +704,8 @@ bool ExecdApi::WriteStreamEvents(Stream& stream, httplib::DataSink& sink) {
   for (const OutputLine& line : batch.lines) {
     stream.consumed_bytes += line.text.size();
     absl::string_view text = line.text;
-    if (absl::ConsumeSuffix(&text, "\n")) absl::ConsumeSuffix(&text, "\r");
+    const bool complete = absl::ConsumeSuffix(&text, "\n");
+    if (complete) absl::ConsumeSuffix(&text, "\r");
     if (!stream.code_context.empty() && line.stream == OutputStream::kStdout) {
       CodeFrame frame = ParseCodeFrame(text);
       switch (frame.kind) {
@@ -702,8 +723,12 @@ bool ExecdApi::WriteStreamEvents(Stream& stream, httplib::DataSink& sink) {
           break;  // Shown as it is, below.
       }
     }
-    add({{"type", line.stream == OutputStream::kStdout ? "stdout" : "stderr"},
-         {"text", text.empty() ? std::string("\n") : std::string(text)}});
+    json event = {{"type", line.stream == OutputStream::kStdout ? "stdout" : "stderr"},
+                  {"text", text.empty() ? std::string("\n") : std::string(text)}};
+    // moat's: a last line without its terminator says so, so that a client can rebuild the
+    // output byte for byte (POST /v1/run does); execd's clients ignore the field.
+    if (!complete) event["partial"] = true;
+    add(std::move(event));
   }
   if (batch.finished && !stream.code_context.empty()) {
     // A code run ends with execution_complete once the interpreter finished it (after an error

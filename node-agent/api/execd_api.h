@@ -82,6 +82,8 @@ struct ExecdRunRequest {
   std::string cwd;
   bool background = false;
   absl::Duration timeout = absl::InfiniteDuration();
+  // moat's extension: the CPU time the sandbox may use while the command runs (ms in the body).
+  absl::Duration cpu_timeout = absl::InfiniteDuration();
   std::map<std::string, std::string> envs;
 };
 

@@ -363,6 +363,42 @@ TEST_F(ExecdApiTest, TimeoutKillsTheCommand) {
   EXPECT_EQ(events[2]["error"]["evalue"], "137");
 }
 
+// moat's extension for POST /v1/run: a CPU-time limit in, the sandbox's CPU time and peak
+// memory across the command out (what `moat run --json` reports).
+TEST_F(ExecdApiTest, CpuTimeoutGoesInAndCpuAndPeakMemoryComeOut) {
+  absl::Duration cpu_timeout_seen;
+  backend_.SetExecHandler([&](const ExecRequest& request) {
+    cpu_timeout_seen = request.cpu_timeout;
+    FakeBackend::FakeOutput out;
+    out.exit_code = 137;
+    out.cpu_timed_out = true;
+    out.cpu = absl::Milliseconds(1250);
+    out.peak_memory_bytes = 5 << 20;
+    return out;
+  });
+  std::vector<json> events = Run({{"command", "spin"}, {"cpu_timeout", 1000}});
+  EXPECT_EQ(cpu_timeout_seen, absl::Seconds(1));
+  ASSERT_EQ(events.back()["type"], "error");
+  EXPECT_EQ(events.back()["error"]["ename"], "CommandTimeout");
+  json status = Status(events[0]["text"]);
+  EXPECT_EQ(status["status"], "cpu_timeout");
+  EXPECT_DOUBLE_EQ(status["cpu_seconds"].get<double>(), 1.25);
+  EXPECT_EQ(status["peak_memory_bytes"], 5 << 20);
+  // Without a cgroup figure, nothing is made up.
+  backend_.SetExecHandler([&](const ExecRequest& request) {
+    cpu_timeout_seen = request.cpu_timeout;
+    return FakeBackend::FakeOutput{};
+  });
+  events = Run({{"command", "true"}});
+  EXPECT_EQ(cpu_timeout_seen, absl::InfiniteDuration());
+  status = Status(events[0]["text"]);
+  EXPECT_EQ(status["status"], "exited");
+  EXPECT_FALSE(status.contains("cpu_seconds"));
+  EXPECT_FALSE(status.contains("peak_memory_bytes"));
+  ExpectError(Call("POST", "/command", R"({"command": "x", "cpu_timeout": -1})"), 400,
+              "INVALID_REQUEST");
+}
+
 TEST_F(ExecdApiTest, OutputIsCleanedLikeMoatRunJson) {
   backend_.SetExecHandler([](const ExecRequest&) {
     return FakeBackend::FakeOutput{
@@ -378,6 +414,10 @@ TEST_F(ExecdApiTest, OutputIsCleanedLikeMoatRunJson) {
   EXPECT_EQ(events[1]["text"], "red key [REDACTED:aws_access_key]");
   EXPECT_EQ(events[2]["text"], "bell");
   EXPECT_EQ(events[3]["text"], "done");  // The partial last line, flushed at the end.
+  // moat's marker: only the line that had no terminator says so.
+  EXPECT_EQ(events[3].value("partial", false), true);
+  EXPECT_FALSE(events[1].contains("partial"));
+  EXPECT_FALSE(events[2].contains("partial"));
   std::string logs =
       Call("GET", "/command/" + events[0]["text"].get<std::string>() + "/logs").second;
   EXPECT_THAT(logs, HasSubstr("[REDACTED:aws_access_key]"));

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,6 +72,10 @@ struct ExecRequest {
   std::string cwd;      // Absolute path inside the sandbox; empty: /workspace.
   std::vector<std::pair<std::string, std::string>> env;  // The whole environment of the command.
   absl::Duration timeout = absl::InfiniteDuration();     // Wall-clock; then the tree is killed.
+  // CPU time the sandbox's cgroup may use while the command runs; then the command's tree is
+  // killed (cpu_timed_out). The cgroup is the sandbox's, so commands running beside it count:
+  // meant for a sandbox that runs one command (POST /v1/run's). Infinite: none.
+  absl::Duration cpu_timeout = absl::InfiniteDuration();
   // Opaque to the backend: kept with the command where it outlives the agent, and given back
   // by Adopt (the execd layer keeps its own id and request there).
   std::string tag;
@@ -90,9 +95,10 @@ struct AdoptedSandboxInfo {
 };
 
 struct ExecExit {
-  int exit_code = -1;      // Valid when signal == 0 and error is empty.
-  int signal = 0;          // The signal that ended the command, if any.
-  bool timed_out = false;  // Killed because the timeout passed.
+  int exit_code = -1;          // Valid when signal == 0 and error is empty.
+  int signal = 0;              // The signal that ended the command, if any.
+  bool timed_out = false;      // Killed because the timeout passed.
+  bool cpu_timed_out = false;  // Killed because the sandbox used the request's cpu_timeout.
   bool interrupted = false;
   // It failed (non-zero exit or a signal) and the OOM killer ended a process of the sandbox
   // since the last command that failed: the shell of `sh -c 'python3 ...'` exits 137 when its
@@ -101,6 +107,16 @@ struct ExecExit {
   bool oom_killed = false;
   absl::Duration duration;
   std::string error;  // Set if the command could not be started inside the sandbox.
+  // The sandbox cgroup's figures across the command (nullopt: the backend could not read them):
+  // the CPU time it used from the command's start to its end, and the highest memory it was
+  // charged since it was made (v2 memory.peak; v1 memory.max_usage_in_bytes less what a reused
+  // cgroup still held, as `moat run` reports it). Exact for a sandbox that runs one command;
+  // with several, they are the sandbox's, not the command's alone.
+  std::optional<absl::Duration> cpu;
+  std::optional<uint64_t> peak_memory_bytes;
+  // Since the sandbox was made: processes the OOM killer ended and forks refused at its pids
+  // limit (`moat run`'s memory and pids violations).
+  std::optional<uint64_t> sandbox_oom_kills, sandbox_pids_limit_hits;
 };
 
 // Callbacks of one command. They run on a backend thread, never inside the caller of Exec, and

@@ -207,6 +207,9 @@ absl::StatusOr<std::string> FakeBackend::Exec(absl::string_view id, const ExecRe
     ExecExit exit;
     exit.exit_code = output.exit_code;
     exit.duration = absl::Milliseconds(1);
+    exit.cpu_timed_out = output.cpu_timed_out;
+    exit.cpu = output.cpu;
+    exit.peak_memory_bytes = output.peak_memory_bytes;
     if (callbacks.on_exit) callbacks.on_exit(exit);
   });
   return absl::StrCat("cmd-", next_command_++);

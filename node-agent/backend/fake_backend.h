@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -50,6 +51,10 @@ class FakeBackend final : public SandboxBackend {
     std::string out;
     std::string err;
     int exit_code = 0;
+    bool cpu_timed_out = false;
+    // ExecExit's figures; nullopt: not readable.
+    std::optional<absl::Duration> cpu;
+    std::optional<uint64_t> peak_memory_bytes;
   };
   using ExecHandler = std::function<FakeOutput(const ExecRequest&)>;
   // A long-running command: runs on a thread of its own, returns the exit code.

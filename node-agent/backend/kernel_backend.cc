@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
@@ -45,6 +46,9 @@ constexpr size_t kReadChunk = 64 * 1024;
 // are drained up to this much, then closed.
 constexpr size_t kFinalDrainBytes = 4 << 20;
 constexpr absl::Duration kStartTimeout = absl::Seconds(10);
+// How often a command's cpu_timeout is checked: a run may pass it by up to this much CPU time
+// per core of its quota.
+constexpr absl::Duration kCpuPoll = absl::Milliseconds(20);
 
 namespace cgroupfs = sandbox::cgroupfs;
 
@@ -128,6 +132,10 @@ struct KernelBackend::Command {
   absl::Time begin;
   absl::Time deadline = absl::InfiniteFuture();  // the request's timeout
   absl::Time kill_at = absl::InfiniteFuture();   // an interrupt's grace
+  // The sandbox cgroup's CPU time when the command was sent (nullopt: unreadable), and the
+  // most it may reach before the command is killed (the request's cpu_timeout; 0: none).
+  std::optional<uint64_t> cpu_start_ns;
+  uint64_t cpu_limit_ns = 0;
   // Guarded by the backend's mu_:
   bool started = false;
   bool start_failed = false;  // before execve: Exec reports it, no callback runs
@@ -135,6 +143,7 @@ struct KernelBackend::Command {
   bool exited = false;
   int wait_status = 0;
   bool timed_out = false;
+  bool cpu_timed_out = false;
   bool interrupted = false;
   UniqueFd out, err;  // read ends, non-blocking; reset once drained
   uint64_t out_token = 0, err_token = 0;
@@ -492,6 +501,18 @@ absl::StatusOr<std::string> KernelBackend::Exec(absl::string_view id, const Exec
   if (request.timeout != absl::InfiniteDuration()) {
     command->deadline = command->begin + request.timeout;
   }
+  // One pread (cpuacct.usage or cpu.stat): the start of the command's CPU figure.
+  if (absl::StatusOr<uint64_t> cpu = box->sandbox->cgroup().ReadCpuNs(); cpu.ok()) {
+    command->cpu_start_ns = *cpu;
+    if (request.cpu_timeout != absl::InfiniteDuration()) {
+      command->cpu_limit_ns = *cpu + static_cast<uint64_t>(std::max<int64_t>(
+                                         1, absl::ToInt64Nanoseconds(request.cpu_timeout)));
+    }
+  } else if (request.cpu_timeout != absl::InfiniteDuration()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a cpu_timeout needs the sandbox's CPU time, which cannot be read: ",
+                     cpu.status().message()));
+  }
   {
     absl::MutexLock cb(&command->cb_mu);
     command->callbacks = std::move(callbacks);
@@ -735,11 +756,23 @@ void KernelBackend::FinishCommand(const std::shared_ptr<Box>& box,
     }
   }
   exit.duration = absl::Now() - command->begin;
-  if (exit.exit_code != 0 || exit.signal != 0) {
-    // Only for failures: the cgroup is read off the warm path.
+  {
+    // The sandbox cgroup's CPU time and peak memory across the command (ExecExit says what
+    // they mean), read through the sandbox's Cgroup, which knows v1 from v2 and the baseline
+    // of a reused v1 cgroup (cgroup_v1.h).
     absl::StatusOr<sandbox::CgroupUsage> usage = box->sandbox->cgroup().ReadUsage();
+    if (usage.ok()) {
+      if (command->cpu_start_ns.has_value() && usage->cpu_ns >= *command->cpu_start_ns) {
+        exit.cpu = absl::Nanoseconds(static_cast<int64_t>(usage->cpu_ns - *command->cpu_start_ns));
+      }
+      exit.peak_memory_bytes = usage->memory_peak_bytes;
+      exit.sandbox_oom_kills = usage->oom_kills;
+      exit.sandbox_pids_limit_hits = usage->pids_limit_hits;
+    }
     absl::MutexLock lock(&mu_);
-    if (usage.ok() && usage->oom_kills > box->oom_kills_seen) {
+    exit.cpu_timed_out = command->cpu_timed_out;
+    if ((exit.exit_code != 0 || exit.signal != 0) && usage.ok() &&
+        usage->oom_kills > box->oom_kills_seen) {
       exit.oom_killed = true;
       box->oom_kills_seen = usage->oom_kills;
     }
@@ -780,6 +813,16 @@ absl::Duration KernelBackend::EnforceDeadlines() {
         if (command->deadline <= now && !command->timed_out) {
           command->timed_out = true;
           command->kill_at = now;
+        }
+        if (command->cpu_limit_ns > 0 && !command->cpu_timed_out && !command->timed_out) {
+          // CPU time is polled (one pread each): no kernel notification exists for it.
+          absl::StatusOr<uint64_t> cpu = box->sandbox->cgroup().ReadCpuNs();
+          if (cpu.ok() && *cpu >= command->cpu_limit_ns) {
+            command->cpu_timed_out = true;
+            command->kill_at = now;
+          } else {
+            next = std::min(next, now + kCpuPoll);
+          }
         }
         if (command->kill_at <= now) {
           kills.push_back({box, seq});

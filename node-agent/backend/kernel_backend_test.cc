@@ -206,6 +206,47 @@ void ExpectOnlyInitLeft(KernelBackend& backend, const std::string& id) {
   }
 }
 
+// What POST /v1/run reports as moat run --json does: the sandbox cgroup's CPU time across the
+// command and its peak memory; and a CPU-time limit that ends a spinning command.
+TEST_F(KernelBackendTest, CommandsReportCpuAndPeakMemoryAndACpuTimeoutEndsThem) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-usage")).ok());
+  Seen busy;
+  // ~0.3 s of CPU and 32 MiB touched.
+  Exec("sb-usage",
+       "python3 -c 'import time\nb = bytearray(32 << 20)\nb[::4096] = b\"x\" * len(b[::4096])\n"
+       "t = time.process_time()\nwhile time.process_time() - t < 0.3: pass'",
+       busy);
+  ASSERT_TRUE(busy.Wait());
+  EXPECT_EQ(busy.exit.exit_code, 0) << busy.err;
+  ASSERT_TRUE(busy.exit.cpu.has_value());
+  EXPECT_GE(*busy.exit.cpu, absl::Milliseconds(300));
+  EXPECT_LT(*busy.exit.cpu, absl::Seconds(5));
+  ASSERT_TRUE(busy.exit.peak_memory_bytes.has_value());
+  EXPECT_GE(*busy.exit.peak_memory_bytes, uint64_t{32} << 20);
+  EXPECT_FALSE(busy.exit.cpu_timed_out);
+  // The CPU figure is the command's: a sleeping command used (almost) none.
+  Seen idle;
+  Exec("sb-usage", "sleep 0.3", idle);
+  ASSERT_TRUE(idle.Wait());
+  ASSERT_TRUE(idle.exit.cpu.has_value());
+  EXPECT_LT(*idle.exit.cpu, absl::Milliseconds(150));
+  // A spin past its CPU time: killed, cpu_timed_out, with about the limit used.
+  Seen spin;
+  ExecRequest request;
+  request.command = "while :; do :; done";
+  request.cpu_timeout = absl::Milliseconds(300);
+  const absl::Time begin = absl::Now();
+  ASSERT_TRUE(backend_->Exec("sb-usage", request, spin.Callbacks()).ok());
+  ASSERT_TRUE(spin.Wait());
+  EXPECT_LT(absl::Now() - begin, absl::Seconds(15));
+  EXPECT_TRUE(spin.exit.cpu_timed_out);
+  EXPECT_FALSE(spin.exit.timed_out);
+  EXPECT_EQ(spin.exit.signal, SIGKILL);
+  ASSERT_TRUE(spin.exit.cpu.has_value());
+  EXPECT_GE(*spin.exit.cpu, absl::Milliseconds(300));
+  ExpectOnlyInitLeft(*backend_, "sb-usage");
+}
+
 // setsid takes a process out of the command's process group (what a signal used to address);
 // a subshell that exits first orphans it as well. Neither escapes the command's tree.
 TEST_F(KernelBackendTest, TimeoutEndsProcessesThatLeftTheCommandsSession) {

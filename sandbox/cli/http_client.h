@@ -1,10 +1,11 @@
 // A small HTTP/1.1 client over a socket, for the CLI's controller commands (`moat run --server`,
-// `moat sandbox ...`, `moat node ...`). The moat binary is static, and Debian's cpp-httplib is a
-// shared library (with OpenSSL, zlib and brotli behind it): none of it links statically. The CLI
-// needs little: one request per connection, a Content-Length body, and a response read to its
-// end, chunked or not, handed to a callback as it arrives (a command's server-sent events).
-// Plain http:// only, to an IP address or "localhost": TLS and name resolution (NSS, which a
-// static binary cannot load) are refused with a message that says what to do instead.
+// `moat sandbox ...`, `moat node ...`, `moat tenant ...`). The moat binary is static, and
+// Debian's cpp-httplib is a shared library (with OpenSSL, zlib and brotli behind it): none of it
+// links statically. The CLI needs little: one request per connection, a Content-Length body,
+// and a response read to its end, chunked or not, handed to a callback as it arrives (a
+// command's server-sent events). https:// is TLS through OpenSSL's static libssl (libssl-dev),
+// the certificate verified against the system's store or a given CA file, for the URL's host
+// name or address; names resolve through glibc's built-in files and dns lookups.
 #pragma once
 
 #include <functional>
@@ -19,11 +20,15 @@
 namespace moat::cli {
 
 struct HttpUrl {
-  std::string host;  // An IPv4 or IPv6 literal (localhost becomes 127.0.0.1).
-  int port = 80;
+  std::string host;       // A name, or an IPv4 or IPv6 literal.
+  int port = 80;          // 443 for https:// unless given.
   std::string base_path;  // Without a trailing '/'; "" for the root.
+  bool tls = false;       // https://
+  // https://: the PEM CA bundle to verify the controller with; empty: the system's store.
+  std::string ca_file;
 };
-// "http://127.0.0.1:8080", "http://[::1]:8080/prefix". InvalidArgument for anything else.
+// "http://127.0.0.1:8080", "https://ctl.example:8443", "http://[::1]:8080/prefix".
+// InvalidArgument for anything else.
 absl::StatusOr<HttpUrl> ParseHttpUrl(absl::string_view url);
 
 struct HttpResponse {

@@ -15,25 +15,32 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TEST(ParseHttpUrlTest, AddressesOnly) {
+TEST(ParseHttpUrlTest, HttpAndHttpsToNamesAndAddresses) {
   auto u = ParseHttpUrl("http://127.0.0.1:8080");
   ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_FALSE(u->tls);
   EXPECT_EQ(u->host, "127.0.0.1");
   EXPECT_EQ(u->port, 8080);
   EXPECT_EQ(u->base_path, "");
   u = ParseHttpUrl("http://localhost/prefix/");
   ASSERT_TRUE(u.ok());
-  EXPECT_EQ(u->host, "127.0.0.1");
+  EXPECT_EQ(u->host, "localhost");  // Resolved when connecting.
   EXPECT_EQ(u->port, 80);
   EXPECT_EQ(u->base_path, "/prefix");
   u = ParseHttpUrl("http://[::1]:9");
   ASSERT_TRUE(u.ok());
   EXPECT_EQ(u->host, "::1");
   EXPECT_EQ(u->port, 9);
-  EXPECT_THAT(ParseHttpUrl("https://127.0.0.1").status().message(), HasSubstr("plain http://"));
-  EXPECT_THAT(ParseHttpUrl("http://example.com").status().message(), HasSubstr("IP address"));
+  u = ParseHttpUrl("https://ctl.example");
+  ASSERT_TRUE(u.ok());
+  EXPECT_TRUE(u->tls);
+  EXPECT_EQ(u->host, "ctl.example");
+  EXPECT_EQ(u->port, 443);
   EXPECT_FALSE(ParseHttpUrl("http://127.0.0.1:99999").ok());
   EXPECT_FALSE(ParseHttpUrl("127.0.0.1:8080").ok());
+  EXPECT_FALSE(ParseHttpUrl("ftp://127.0.0.1").ok());
+  EXPECT_FALSE(ParseHttpUrl("http://a b/").ok());
+  EXPECT_FALSE(ParseHttpUrl("https://:8443").ok());
 }
 
 // A one-shot server on 127.0.0.1 that answers `answer` (sent in small pieces) to one request,

@@ -33,12 +33,15 @@ const char kRemoteRunUsage[] =
 Runs COMMAND in a fresh sandbox on a moat-controller's fleet (POST /v1/run), with moat run's
 contract: the command's output and exit status (128+N if killed by signal N, 124 on a timeout),
 or with --json one result object and 0; 125 if it could not run.
-  --server URL         the controller, http://IP:PORT (or MOAT_SERVER)
+  --server URL         the controller, http://HOST:PORT or https://HOST:PORT (or MOAT_SERVER)
   --api-key KEY        its API key (or MOAT_API_KEY)
+  --ca-file FILE       https: the CA of its certificate (or MOAT_CA_FILE; default: the
+                       system's store)
   --image URI          picks the agent profile through the controller's images table
   --memory SIZE        memory limit, e.g. 256M (at most the profile's)
   --cpus X             CPU quota in cores (at most the profile's)
-  --wall-timeout DUR   wall-clock limit                        (default 60s)
+  --wall-timeout DUR   wall-clock limit, at most the language profile's (default: the
+                       profile's, 60s unless the controller's config says otherwise)
   --env NAME=VALUE     set a variable inside (repeatable)
   --json               print one JSON result object instead of the command's output
 )";
@@ -53,7 +56,8 @@ const char kSandboxUsage[] =
        moat sandbox exec ID -- COMMAND [ARG...]             run in it; its output, its status
        moat sandbox cp FILE ID:PATH | ID:PATH FILE          copy a file in or out
        moat sandbox rm ID...                                delete
-Every command takes --server URL (or MOAT_SERVER) and --api-key KEY (or MOAT_API_KEY).
+Every command takes --server URL (or MOAT_SERVER), --api-key KEY (or MOAT_API_KEY) and, for
+an https:// controller with a private CA, --ca-file FILE (or MOAT_CA_FILE).
 )";
 
 const char kNodeUsage[] =
@@ -61,7 +65,8 @@ const char kNodeUsage[] =
        moat node cordon NAME | uncordon NAME    stop (resume) placing sandboxes on NAME
        moat node drain NAME [--grace SECONDS]   cordon, and end NAME's sandboxes (now or
                                                 after the grace period): NODE_DRAINED
-Every command takes --server URL (or MOAT_SERVER) and --api-key KEY (or MOAT_API_KEY).
+Every command takes --server URL (or MOAT_SERVER), --api-key KEY (or MOAT_API_KEY) and, for
+an https:// controller with a private CA, --ca-file FILE (or MOAT_CA_FILE).
 )";
 
 namespace {
@@ -78,14 +83,15 @@ struct Server {
 };
 
 absl::StatusOr<Server> TakeServer(std::vector<std::string>& args) {
-  std::optional<std::string> url, key;
+  std::optional<std::string> url, key, ca_file;
   std::vector<std::string> rest;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--") {
       rest.insert(rest.end(), args.begin() + i, args.end());
       break;
     }
-    for (auto [flag, out] : {std::pair{"--server", &url}, {"--api-key", &key}}) {
+    for (auto [flag, out] :
+         {std::pair{"--server", &url}, {"--api-key", &key}, {"--ca-file", &ca_file}}) {
       if (args[i] == flag) {
         if (i + 1 >= args.size())
           return absl::InvalidArgumentError(absl::StrCat(flag, " needs a value"));
@@ -106,13 +112,20 @@ absl::StatusOr<Server> TakeServer(std::vector<std::string>& args) {
   }
   if (!url.has_value()) {
     return absl::InvalidArgumentError(
-        "no controller: give --server http://IP:PORT or set MOAT_SERVER");
+        "no controller: give --server URL (http://HOST:PORT or https://HOST:PORT) or set "
+        "MOAT_SERVER");
   }
   if (!key.has_value()) {
     if (const char* env = std::getenv("MOAT_API_KEY"); env != nullptr) key = env;
   }
+  if (!ca_file.has_value()) {
+    if (const char* env = std::getenv("MOAT_CA_FILE"); env != nullptr && *env != '\0') {
+      ca_file = env;
+    }
+  }
   Server server;
   ASSIGN_OR_RETURN(server.url, ParseHttpUrl(*url));
+  server.url.ca_file = ca_file.value_or("");
   server.api_key = key.value_or("");
   return server;
 }
@@ -128,7 +141,14 @@ absl::StatusOr<json> Call(const Server& server, const std::string& method, const
   if (!body.is_null()) req.body = body.dump();
   ASSIGN_OR_RETURN(HttpResponse res, SendHttp(server.url, req));
   json out = res.body.empty() ? json(nullptr) : json::parse(res.body, nullptr, false);
-  if (res.status >= 200 && res.status < 300) return out;
+  if (res.status >= 200 && res.status < 300) {
+    // Not a moat-controller (a proxy's page, another server): say so rather than misread it.
+    if (out.is_discarded() || (!out.is_null() && !out.is_object())) {
+      return absl::UnavailableError(
+          absl::StrCat("the answer of ", path, " is not JSON; is --server a moat-controller?"));
+    }
+    return out;
+  }
   std::string message = out.is_object() && out.contains("message") && out["message"].is_string()
                             ? out["message"].get<std::string>()
                             : res.body.substr(0, 300);
@@ -356,12 +376,14 @@ int RemoteRunMain(const std::vector<std::string>& given) {
   }
   json body = {{"command", flags->command}};
   if (image.has_value()) body["image"] = {{"uri", *image}};
-  int64_t timeout = 60;
+  // Without --wall-timeout the controller's language profile sets the wall limit (60 s by
+  // default, as moat run's).
+  int64_t timeout = 0;
   if (layer.wall_timeout.has_value()) {
     timeout = std::max<int64_t>(
         1, absl::ToInt64Seconds(absl::Ceil(*layer.wall_timeout, absl::Seconds(1))));
+    body["timeout"] = timeout;
   }
-  body["timeout"] = timeout;
   json limits = json::object();
   if (layer.memory_bytes) limits["memory"] = MemoryQuantity(*layer.memory_bytes);
   if (layer.cpus) limits["cpu"] = CpuQuantity(*layer.cpus);
@@ -371,8 +393,10 @@ int RemoteRunMain(const std::vector<std::string>& given) {
     for (const auto& [k, v] : layer.env) env[k] = v;
     body["env"] = env;
   }
+  // The longest a run may take (a declared 5 minutes, x1.25) and the sandbox's placement.
   absl::StatusOr<json> result =
-      Call(*server, "POST", "/v1/run", body, absl::Seconds(timeout) + absl::Seconds(90));
+      Call(*server, "POST", "/v1/run", body,
+           std::max(absl::Seconds(timeout), absl::Minutes(7)) + absl::Seconds(90));
   if (!result.ok()) return Fail(result.status().message());
   if (flags->json) {
     std::cout << Dump(*result) << std::endl;
@@ -381,12 +405,21 @@ int RemoteRunMain(const std::vector<std::string>& given) {
   std::fputs(result->value("stdout", "").c_str(), stdout);
   std::fflush(stdout);
   std::fputs(result->value("stderr", "").c_str(), stderr);
+  // As moat run explains an ending (run_command.cc, ExplainEnding).
   const std::string status = result->value("status", "");
   if (status == "wall_timeout") {
-    std::fprintf(stderr, "moat: the command passed its wall-clock limit (%llds) and was killed\n",
-                 static_cast<long long>(timeout));
+    std::fputs("moat: wall-clock limit reached; the command was killed\n", stderr);
+  } else if (status == "cpu_timeout") {
+    std::fputs("moat: CPU-time limit reached; the command was killed\n", stderr);
   } else if (status == "oom_killed") {
-    std::fputs("moat: the command was killed at the memory limit\n", stderr);
+    std::fputs("moat: memory limit reached; the command was killed\n", stderr);
+  }
+  if (result->contains("violations") && (*result)["violations"].is_array()) {
+    for (const json& v : (*result)["violations"]) {
+      if (!v.is_object()) continue;
+      std::fprintf(stderr, "moat: violation (%s): %s\n", v.value("kind", "").c_str(),
+                   v.value("detail", "").c_str());
+    }
   }
   return ExitStatusOf(*result);
 }
@@ -404,7 +437,7 @@ int SandboxCommandMain(const std::vector<std::string>& given) {
   const bool as_json = TakeBool(args, "--json");
   if (verb == "create") {
     json body = {{"image", {{"uri", TakeFlag(args, "--image").value_or("default")}}},
-                 {"entrypoint", {"/bin/sh"}}};
+                 {"entrypoint", {"tail", "-f", "/dev/null"}}};
     if (auto t = TakeFlag(args, "--timeout")) {
       int64_t seconds = 0;
       if (!absl::SimpleAtoi(*t, &seconds)) return Fail("--timeout takes whole seconds");

@@ -1,9 +1,5 @@
 #include "sandbox/cli/tenant_command.h"
 
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -16,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
+#include "sandbox/cli/http_client.h"
 #include "util/units.h"
 
 namespace moat::cli {
@@ -37,6 +34,7 @@ QUOTA: --max-sandboxes N  --max-cpu CORES  --max-memory SIZE (512M, 4G)  --creat
        (absent or 0: no limit)
 common: --server URL (or MOAT_SERVER; default http://127.0.0.1:8080)
         --admin-key-file FILE (or MOAT_ADMIN_KEY): the controller's admin_key_file
+        --ca-file FILE (or MOAT_CA_FILE): the CA of an https:// controller's certificate
 )";
 
 absl::StatusOr<json> ParseQuotaFlags(const std::vector<std::string>& args, size_t from) {
@@ -74,64 +72,17 @@ absl::StatusOr<json> ParseQuotaFlags(const std::vector<std::string>& args, size_
   return q;
 }
 
-struct Url {
-  std::string host, port;
-};
-
-absl::StatusOr<Url> ParseServer(std::string server) {
-  absl::string_view s = server;
-  if (absl::ConsumePrefix(&s, "https://")) {
-    return absl::InvalidArgumentError(
-        "moat tenant speaks plain HTTP only; reach a TLS controller through a local tunnel "
-        "(e.g. ssh -L 8080:127.0.0.1:8080) and use --server http://127.0.0.1:8080");
-  }
-  absl::ConsumePrefix(&s, "http://");
-  s = s.substr(0, s.find('/'));
-  size_t colon = s.rfind(':');
-  if (s.empty()) return absl::InvalidArgumentError("--server: expected http://HOST[:PORT]");
-  if (colon == absl::string_view::npos) return Url{std::string(s), "80"};
-  return Url{std::string(s.substr(0, colon)), std::string(s.substr(colon + 1))};
-}
-
-// One request, Connection: close; the status and body.
-absl::StatusOr<std::pair<int, std::string>> Send(const Url& url, const std::string& key,
+// One request (cli/http_client.h: http:// or https://, Connection: close); the status and body.
+absl::StatusOr<std::pair<int, std::string>> Send(const HttpUrl& url, const std::string& key,
                                                  const AdminRequest& r) {
-  addrinfo hints{}, *found = nullptr;
-  hints.ai_socktype = SOCK_STREAM;
-  if (getaddrinfo(url.host.c_str(), url.port.c_str(), &hints, &found) != 0 || !found) {
-    return absl::UnavailableError(absl::StrCat("cannot resolve ", url.host));
-  }
-  int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0 || connect(fd, found->ai_addr, found->ai_addrlen) != 0) {
-    freeaddrinfo(found);
-    if (fd >= 0) close(fd);
-    return absl::UnavailableError(absl::StrCat("cannot connect to ", url.host, ":", url.port,
-                                               "; is moat-controller running there?"));
-  }
-  freeaddrinfo(found);
-  std::string request = absl::StrCat(
-      r.method, " ", r.path, " HTTP/1.1\r\nHost: ", url.host, "\r\nAuthorization: Bearer ", key,
-      "\r\nContent-Type: application/json\r\nContent-Length: ", r.body.size(),
-      "\r\nConnection: close\r\n\r\n", r.body);
-  for (size_t sent = 0; sent < request.size();) {
-    ssize_t n = write(fd, request.data() + sent, request.size() - sent);
-    if (n <= 0) {
-      close(fd);
-      return absl::UnavailableError("the controller closed the connection");
-    }
-    sent += n;
-  }
-  std::string response;
-  char buf[16384];
-  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) response.append(buf, n);
-  close(fd);
-  int status = 0;
-  size_t header_end = response.find("\r\n\r\n");
-  std::vector<std::string> first = absl::StrSplit(response.substr(0, response.find("\r\n")), ' ');
-  if (header_end == std::string::npos || first.size() < 2 || !absl::SimpleAtoi(first[1], &status)) {
-    return absl::UnavailableError("the controller's answer is not HTTP");
-  }
-  return std::make_pair(status, response.substr(header_end + 4));
+  HttpRequest req;
+  req.method = r.method;
+  req.path = r.path;
+  req.body = r.body;
+  req.headers.emplace_back("Authorization", absl::StrCat("Bearer ", key));
+  absl::StatusOr<HttpResponse> res = SendHttp(url, req);
+  if (!res.ok()) return res.status();
+  return std::make_pair(res->status, std::move(res->body));
 }
 
 }  // namespace
@@ -189,14 +140,18 @@ int TenantCommandMain(const std::vector<std::string>& all) {
   std::vector<std::string> args;
   std::string server = getenv("MOAT_SERVER") ? getenv("MOAT_SERVER") : "http://127.0.0.1:8080";
   std::string key = getenv("MOAT_ADMIN_KEY") ? getenv("MOAT_ADMIN_KEY") : "";
+  std::string ca_file = getenv("MOAT_CA_FILE") ? getenv("MOAT_CA_FILE") : "";
   for (size_t i = 0; i < all.size(); ++i) {
     if (all[i] == "--help" || all[i] == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
     }
-    if ((all[i] == "--server" || all[i] == "--admin-key-file") && i + 1 < all.size()) {
+    if ((all[i] == "--server" || all[i] == "--admin-key-file" || all[i] == "--ca-file") &&
+        i + 1 < all.size()) {
       if (all[i] == "--server") {
         server = all[++i];
+      } else if (all[i] == "--ca-file") {
+        ca_file = all[++i];
       } else {
         std::ifstream in(all[++i]);
         std::stringstream text;
@@ -212,7 +167,8 @@ int TenantCommandMain(const std::vector<std::string>& all) {
     args.push_back(all[i]);
   }
   absl::StatusOr<AdminRequest> request = ParseAdminCommand(args);
-  absl::StatusOr<Url> url = ParseServer(server);
+  absl::StatusOr<HttpUrl> url = ParseHttpUrl(server);
+  if (url.ok()) url->ca_file = ca_file;
   if (!request.ok() || !url.ok()) {
     std::fprintf(stderr, "moat: %s\n%s",
                  std::string((request.ok() ? url.status() : request.status()).message()).c_str(),

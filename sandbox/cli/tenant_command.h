@@ -1,10 +1,8 @@
 // `moat tenant ...` and `moat approval ...`: the controller's admin API (controller/admin_api.h)
 // from the command line. The admin key comes from --admin-key-file or MOAT_ADMIN_KEY, the
-// controller from --server or MOAT_SERVER (default http://127.0.0.1:8080).
-//
-// The moat binary is static; rather than link an HTTP library into it, these commands speak
-// plain HTTP/1.1 over a socket (one request per connection). The admin API is meant for the
-// controller's own machine or a trusted network: for TLS, run them through a local tunnel.
+// controller from --server or MOAT_SERVER (default http://127.0.0.1:8080; https:// verifies the
+// controller's certificate against --ca-file or MOAT_CA_FILE, else the system's store), through
+// the CLI's own HTTP client (cli/http_client.h).
 #pragma once
 
 #include <string>
