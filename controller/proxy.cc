@@ -96,14 +96,7 @@ void ProxyToSandbox(const httplib::Request& req, httplib::Response& res, const S
   } else {
     out.body = req.body;
   }
-  out.response_handler = [up](const httplib::Response& head) {
-    up->head.set_value(head);
-    up->head_set = true;
-    return true;
-  };
-  out.content_receiver = [up](const char* data, size_t n, uint64_t, uint64_t) {
-    return up->pipe.Push(data, n);
-  };
+  RelayUpstream::Receive(up, out);
   std::string url = agent.url;
   up->thread = std::thread([up, url, out = std::move(out)]() mutable {
     httplib::Client client(url);

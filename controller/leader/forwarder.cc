@@ -77,14 +77,7 @@ void LeaderForwarder::Forward(const httplib::Request& req, httplib::Response& re
   // The leader's answer is relayed as it arrives (a command's server-sent events through the
   // proxy): its head first, then its body chunk by chunk.
   auto up = std::make_shared<RelayUpstream>();
-  out.response_handler = [up](const httplib::Response& head) {
-    up->head.set_value(head);
-    up->head_set = true;
-    return true;
-  };
-  out.content_receiver = [up](const char* data, size_t n, uint64_t, uint64_t) {
-    return up->pipe.Push(data, n);
-  };
+  RelayUpstream::Receive(up, out);
   up->thread = std::thread([up, url = **leader, ca = options_.ca_file, timeout = options_.timeout,
                             out = std::move(out)]() mutable {
     httplib::Client client(url);

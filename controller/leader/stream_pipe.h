@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <deque>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -62,6 +63,19 @@ class RelayPipe {
 };
 
 struct RelayUpstream {
+  // Points `out`'s handlers at `up`: the response's head and then its body chunks arrive there
+  // as the upstream sends them.
+  static void Receive(const std::shared_ptr<RelayUpstream>& up, httplib::Request& out) {
+    out.response_handler = [up](const httplib::Response& head) {
+      up->head.set_value(head);
+      up->head_set = true;
+      return true;
+    };
+    out.content_receiver = [up](const char* data, size_t n, uint64_t, uint64_t) {
+      return up->pipe.Push(data, n);
+    };
+  }
+
   RelayPipe pipe;
   std::promise<httplib::Response> head;  // Status and headers, once they arrived.
   bool head_set = false;

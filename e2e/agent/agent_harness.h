@@ -3,12 +3,15 @@
 // to check the host afterwards (processes, cgroups, mounts, the agent's descriptors and memory).
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -102,5 +105,29 @@ int OpenFds(pid_t pid);
 long RssKib(pid_t pid);
 // Pids of the moat-probe processes of sandbox `id`.
 std::vector<pid_t> ProbesOf(const std::string& id);
+
+// A real agent with one sandbox, for tests of one sandbox's execd API. Skips without root, or
+// when the host root (which the sandboxes run) has no `program`.
+class OneSandboxTest : public ::testing::Test {
+ protected:
+  explicit OneSandboxTest(std::string program) : program_(std::move(program)) {}
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "the agent makes real sandboxes: run as root";
+    if (::access(AgentBinary().c_str(), X_OK) != 0) FAIL() << "no moat-agent at " << AgentBinary();
+    if (::access(program_.c_str(), X_OK) != 0) GTEST_SKIP() << "the host root has no " << program_;
+    absl::StatusOr<std::unique_ptr<AgentProcess>> agent = AgentProcess::Start({});
+    ASSERT_TRUE(agent.ok()) << agent.status();
+    agent_ = *std::move(agent);
+    auto sandbox = agent_->CreateSandbox();
+    ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+    std::tie(id_, token_) = *sandbox;
+  }
+
+  std::unique_ptr<AgentProcess> agent_;
+  std::string id_, token_;
+
+ private:
+  const std::string program_;
+};
 
 }  // namespace moat::e2e

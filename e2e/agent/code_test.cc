@@ -37,19 +37,9 @@ struct CodeRun {
   std::vector<nlohmann::json> events;
 };
 
-class CodeE2eTest : public ::testing::Test {
+class CodeE2eTest : public OneSandboxTest {
  protected:
-  void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "the agent makes real sandboxes: run as root";
-    if (::access(AgentBinary().c_str(), X_OK) != 0) FAIL() << "no moat-agent at " << AgentBinary();
-    if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "the host root has no python3";
-    absl::StatusOr<std::unique_ptr<AgentProcess>> agent = AgentProcess::Start({});
-    ASSERT_TRUE(agent.ok()) << agent.status();
-    agent_ = *std::move(agent);
-    auto sandbox = agent_->CreateSandbox();
-    ASSERT_TRUE(sandbox.ok()) << sandbox.status();
-    std::tie(id_, token_) = *sandbox;
-  }
+  CodeE2eTest() : OneSandboxTest("/usr/bin/python3") {}
 
   std::pair<int, nlohmann::json> Call(const std::string& method, const std::string& route,
                                       const std::string& body = "") {
@@ -92,9 +82,6 @@ class CodeE2eTest : public ::testing::Test {
   CodeRun RunIn(const std::string& context, const std::string& code) {
     return RunCode({{"context", {{"id", context}, {"language", "python"}}}, {"code", code}});
   }
-
-  std::unique_ptr<AgentProcess> agent_;
-  std::string id_, token_;
 };
 
 TEST_F(CodeE2eTest, AContextKeepsItsStateAndSpeaksExecdsEvents) {

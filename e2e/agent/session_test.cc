@@ -18,19 +18,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class SessionE2eTest : public ::testing::Test {
+class SessionE2eTest : public OneSandboxTest {
  protected:
-  void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "the agent makes real sandboxes: run as root";
-    if (::access(AgentBinary().c_str(), X_OK) != 0) FAIL() << "no moat-agent at " << AgentBinary();
-    if (::access("/bin/bash", X_OK) != 0) GTEST_SKIP() << "the host root has no bash";
-    absl::StatusOr<std::unique_ptr<AgentProcess>> agent = AgentProcess::Start({});
-    ASSERT_TRUE(agent.ok()) << agent.status();
-    agent_ = *std::move(agent);
-    auto sandbox = agent_->CreateSandbox();
-    ASSERT_TRUE(sandbox.ok()) << sandbox.status();
-    std::tie(id_, token_) = *sandbox;
-  }
+  SessionE2eTest() : OneSandboxTest("/bin/bash") {}
 
   // (status, body) of a non-streaming call.
   std::pair<int, nlohmann::json> Call(const std::string& method, const std::string& route,
@@ -54,9 +44,6 @@ class SessionE2eTest : public ::testing::Test {
     return agent_->RunAt(id_, token_, absl::StrCat("/session/", session, "/run"),
                          {{"command", command}});
   }
-
-  std::unique_ptr<AgentProcess> agent_;
-  std::string id_, token_;
 };
 
 TEST_F(SessionE2eTest, KeepsShellStateBetweenRuns) {

@@ -576,13 +576,21 @@ TEST_F(ProxyTest, Socks5Refusals) {
 TEST_F(ProxyTest, TransparentListenerForwardsToTheNamedHost) {
   // The destination listens on 127.0.0.2:P; the transparent listener on 127.0.0.1:P stands for
   // "trans.test" at port P, as the DNS stub would have arranged.
-  LoopbackOrigin destination("127.0.0.2");
+  // P is free on 127.0.0.2 when the origin takes it; it may be taken on 127.0.0.1 or .3 by a
+  // test running beside this one: then another P.
+  std::unique_ptr<LoopbackOrigin> origin;
+  uint16_t port = 0, port2 = 0;
+  UniqueFd listener, listener2;
+  for (int attempt = 0; attempt < 32 && !(listener.valid() && listener2.valid()); ++attempt) {
+    origin = std::make_unique<LoopbackOrigin>("127.0.0.2");
+    listener = ListenTcp("127.0.0.1", origin->port(), &port);
+    listener2 = ListenTcp("127.0.0.3", origin->port(), &port2);
+  }
+  ASSERT_TRUE(listener.valid() && listener2.valid());
+  LoopbackOrigin& destination = *origin;
   resolver_.Set("trans.test", {"127.0.0.2"});
   resolver_.Set("denied.test", {"127.0.0.2"});
   StartProxy({"trans.test"});
-  uint16_t port = 0;
-  UniqueFd listener = ListenTcp("127.0.0.1", destination.port(), &port);
-  ASSERT_TRUE(listener.valid());
   proxy_->AddTransparentListener(std::move(listener), "trans.test");
   UniqueFd client = Connect(port);
   Send(client.get(), "GET /plain HTTP/1.1\r\nHost: trans.test\r\n\r\n");
@@ -596,8 +604,6 @@ TEST_F(ProxyTest, TransparentListenerForwardsToTheNamedHost) {
   EXPECT_EQ(r.address, "127.0.0.2");
   EXPECT_EQ(r.status, 200);
 
-  uint16_t port2 = 0;
-  UniqueFd listener2 = ListenTcp("127.0.0.3", destination.port(), &port2);
   proxy_->AddTransparentListener(std::move(listener2), "denied.test");
   UniqueFd denied = Connect(port2, "127.0.0.3");
   EXPECT_EQ(ReadToEof(denied.get()), "");
