@@ -107,7 +107,9 @@ struct ExecExit {
   bool oom_killed = false;
   absl::Duration duration;
   std::string error;  // Set if the command could not be started inside the sandbox.
-  // The sandbox cgroup's figures across the command (nullopt: the backend could not read them):
+  // The sandbox cgroup's figures across the command, read when it ended for a command with a
+  // cpu_timeout (POST /v1/run's) or one that failed (nullopt otherwise, or when they could not
+  // be read: the reads cost milliseconds on cgroup v1, too much for every warm command):
   // the CPU time it used from the command's start to its end, and the highest memory it was
   // charged since it was made (v2 memory.peak; v1 memory.max_usage_in_bytes less what a reused
   // cgroup still held, as `moat run` reports it). Exact for a sandbox that runs one command;

@@ -210,12 +210,20 @@ void ExpectOnlyInitLeft(KernelBackend& backend, const std::string& id) {
 // command and its peak memory; and a CPU-time limit that ends a spinning command.
 TEST_F(KernelBackendTest, CommandsReportCpuAndPeakMemoryAndACpuTimeoutEndsThem) {
   ASSERT_TRUE(backend_->Create(Spec("sb-usage")).ok());
+  // Usage is read for commands with a CPU limit (POST /v1/run's) and for failed ones; a
+  // successful command without one does not pay for the reads (the warm path).
+  ExecRequest limited;
+  limited.cpu_timeout = absl::Seconds(60);
+  Seen plain;
+  Exec("sb-usage", "true", plain);
+  ASSERT_TRUE(plain.Wait());
+  EXPECT_FALSE(plain.exit.cpu.has_value()) << "usage read on the warm path";
   Seen busy;
   // ~0.3 s of CPU and 32 MiB touched.
-  Exec("sb-usage",
-       "python3 -c 'import time\nb = bytearray(32 << 20)\nb[::4096] = b\"x\" * len(b[::4096])\n"
-       "t = time.process_time()\nwhile time.process_time() - t < 0.3: pass'",
-       busy);
+  limited.command =
+      "python3 -c 'import time\nb = bytearray(32 << 20)\nb[::4096] = b\"x\" * len(b[::4096])\n"
+      "t = time.process_time()\nwhile time.process_time() - t < 0.3: pass'";
+  ASSERT_TRUE(backend_->Exec("sb-usage", limited, busy.Callbacks()).ok());
   ASSERT_TRUE(busy.Wait());
   EXPECT_EQ(busy.exit.exit_code, 0) << busy.err;
   ASSERT_TRUE(busy.exit.cpu.has_value());
@@ -226,7 +234,8 @@ TEST_F(KernelBackendTest, CommandsReportCpuAndPeakMemoryAndACpuTimeoutEndsThem) 
   EXPECT_FALSE(busy.exit.cpu_timed_out);
   // The CPU figure is the command's: a sleeping command used (almost) none.
   Seen idle;
-  Exec("sb-usage", "sleep 0.3", idle);
+  limited.command = "sleep 0.3";
+  ASSERT_TRUE(backend_->Exec("sb-usage", limited, idle.Callbacks()).ok());
   ASSERT_TRUE(idle.Wait());
   ASSERT_TRUE(idle.exit.cpu.has_value());
   EXPECT_LT(*idle.exit.cpu, absl::Milliseconds(150));
