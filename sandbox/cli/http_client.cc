@@ -79,6 +79,23 @@ absl::StatusOr<std::vector<sockaddr_storage>> Resolve(const HttpUrl& url) {
     out.push_back(addr);
     return out;
   }
+  // RFC 6761 (6.3): "localhost" and the names below it are the loopback, answered here without
+  // asking NSS: a minimal root may have no /etc/hosts (debootstrap's minbase has none).
+  if (absl::EqualsIgnoreCase(url.host, "localhost") ||
+      absl::EndsWithIgnoreCase(url.host, ".localhost")) {
+    auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(url.port));
+    v4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    out.push_back(addr);
+    sockaddr_storage six{};
+    auto* v6 = reinterpret_cast<sockaddr_in6*>(&six);
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(url.port));
+    v6->sin6_addr = in6addr_loopback;
+    out.push_back(six);
+    return out;
+  }
   addrinfo hints{}, *found = nullptr;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_family = AF_UNSPEC;

@@ -2,7 +2,10 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <thread>
@@ -137,6 +140,40 @@ TEST(SendHttpTest, ContentLengthAndTheRequestSent) {
   EXPECT_EQ(res->status, 404);
   EXPECT_EQ(res->body, "nope!");
   EXPECT_THAT(server.Join(), HasSubstr("DELETE /v1/sandboxes/a HTTP/1.1\r\n"));
+}
+
+// "localhost" is the loopback even where no /etc/hosts says so (a minimal root has none): the
+// request goes through with an empty file bound over /etc/hosts in a mount namespace of its own.
+TEST(SendHttpTest, LocalhostNeedsNoHostsFile) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for a mount namespace";
+  OneShotServer server("HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    char empty[] = "/tmp/moat-no-hosts-XXXXXX";
+    const int fd = ::mkstemp(empty);
+    if (fd < 0 || ::unshare(CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount(empty, "/etc/hosts", nullptr, MS_BIND, nullptr) != 0) {
+      ::_exit(3);
+    }
+    ::unlink(empty);
+    HttpRequest req;
+    req.path = "/";
+    auto res = SendHttp({"localhost", server.port(), ""}, req);
+    ::_exit(res.ok() && res->status == 204 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_NE(WEXITSTATUS(status), 3) << "could not hide /etc/hosts";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "localhost did not resolve without /etc/hosts";
+  if (WEXITSTATUS(status) != 0) {  // Nobody came: release the server's one accept.
+    HttpRequest release;
+    release.path = "/";
+    SendHttp({"127.0.0.1", server.port(), ""}, release).IgnoreError();
+  }
+  server.Join();
 }
 
 TEST(SendHttpTest, NobodyListeningIsUnavailable) {
