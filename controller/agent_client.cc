@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
+#include "util/http/client.h"
 
 namespace moat::controller {
 namespace {
@@ -16,8 +17,8 @@ using nlohmann::json;
 
 absl::Status FromHttp(const httplib::Result& res, absl::string_view what) {
   if (!res) {
-    return absl::UnavailableError(
-        absl::StrCat(what, ": the agent did not answer (", httplib::to_string(res.error()), ")"));
+    return absl::UnavailableError(absl::StrCat(
+        what, ": the agent did not answer: ", http::DescribeFailure(res.error(), "nodes.tls.ca")));
   }
   if (res->status >= 200 && res->status < 300) return absl::OkStatus();
   std::string message = res->body.substr(0, 500);
@@ -212,8 +213,8 @@ class HttpAgentClient final : public AgentClient {
     httplib::Response res;
     httplib::Error err = httplib::Error::Success;
     if (!client->send(req, res, err)) {
-      return absl::UnavailableError(absl::StrCat("running a command: the agent did not answer (",
-                                                 httplib::to_string(err), ")"));
+      return absl::UnavailableError(absl::StrCat("running a command: the agent did not answer: ",
+                                                 http::DescribeFailure(err, "nodes.tls.ca")));
     }
     if (status != 200) {
       res.body = error_body;
@@ -278,6 +279,7 @@ class HttpAgentClient final : public AgentClient {
  private:
   std::unique_ptr<httplib::Client> Client(const AgentEndpoint& agent) const {
     auto client = std::make_unique<httplib::Client>(agent.url);
+    http::TrustCa(*client, agent.ca_file);
     int64_t seconds = absl::ToInt64Seconds(timeout_);
     client->set_connection_timeout(5, 0);
     client->set_read_timeout(seconds, 0);

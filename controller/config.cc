@@ -90,7 +90,11 @@ absl::Status ParseScheduling(const YamlReader& r, const YAML::Node& s, Controlle
 }
 
 absl::Status ParseNodes(const YamlReader& r, const YAML::Node& n, ControllerConfig* c) {
-  RETURN_IF_ERROR(r.CheckMap(n, "nodes", {"heartbeat_interval", "misses", "lost_after"}));
+  RETURN_IF_ERROR(r.CheckMap(n, "nodes", {"heartbeat_interval", "misses", "lost_after", "tls"}));
+  if (const YAML::Node tls = n["tls"]) {
+    RETURN_IF_ERROR(r.CheckMap(tls, "nodes.tls", {"ca"}));
+    ASSIGN_OR_RETURN(c->nodes_ca_file, r.AbsolutePath(tls["ca"], "nodes.tls.ca"));
+  }
   if (n["heartbeat_interval"]) {
     ASSIGN_OR_RETURN(c->heartbeat_interval,
                      r.Duration(n["heartbeat_interval"], "nodes.heartbeat_interval",

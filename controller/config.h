@@ -15,7 +15,8 @@
 //   images:                                    # image.uri -> agent profile, first match wins
 //     - {image: "python:*", profile: python}
 //     - {image: "*", profile: default}
-//   nodes: {heartbeat_interval: 5s, misses: 3, lost_after: 30s}
+//   nodes: {heartbeat_interval: 5s, misses: 3, lost_after: 30s,
+//           tls: {ca: /etc/moat/agents-ca.crt}}   # verifies agents' https:// URLs
 //   scheduling: {overcommit: {cpu: 4, memory: 1, pids: 1}, best_of_k: 20, retries: 3}
 //   api: {max_request_bytes: 1MiB, max_upload_bytes: 64MiB, default_timeout: 10m,
 //         max_timeout: 24h, create_timeout: 60s}
@@ -87,6 +88,7 @@ struct ControllerConfig {
   absl::Duration heartbeat_interval = absl::Seconds(5);
   int heartbeat_misses = 3;                       // Missed in a row: the node is NotReady.
   absl::Duration lost_after = absl::Seconds(30);  // Since the last heartbeat: the node is lost.
+  std::string nodes_ca_file;  // Verifies agents' https:// URLs; empty: the system's CAs.
   scheduler::Overcommit overcommit;
   int best_of_k = 20;  // Nodes sampled per decision in large fleets; 0: every node.
   int retries = 3;     // Other nodes tried after an agent fails a create.

@@ -39,7 +39,7 @@ join_token_file: /etc/moat/join
 images:
   - {image: "python:*", profile: python}
   - {image: "node:20", profile: node}
-nodes: {heartbeat_interval: 2s, misses: 4, lost_after: 1m}
+nodes: {heartbeat_interval: 2s, misses: 4, lost_after: 1m, tls: {ca: /etc/moat/agents-ca.pem}}
 scheduling: {overcommit: {cpu: 8, memory: 1.5, pids: 2}, best_of_k: 5, retries: 2}
 api: {max_request_bytes: 64KiB, default_timeout: 5m, max_timeout: 1h, create_timeout: 10s}
 )",
@@ -52,6 +52,7 @@ api: {max_request_bytes: 64KiB, default_timeout: 5m, max_timeout: 1h, create_tim
   EXPECT_EQ(c->ProfileForImage("node:20"), "node");
   EXPECT_EQ(c->ProfileForImage("node:21"), "");  // No catch-all once images are listed.
   EXPECT_EQ(c->lost_after, absl::Minutes(1));
+  EXPECT_EQ(c->nodes_ca_file, "/etc/moat/agents-ca.pem");
   EXPECT_EQ(c->overcommit.memory, 1.5);
   EXPECT_EQ(c->best_of_k, 5);
   EXPECT_EQ(c->max_request_bytes, 64u << 10);
@@ -65,6 +66,10 @@ TEST(ControllerConfigTest, ErrorsNameTheKeyAndWhatToDo) {
   EXPECT_THAT(ErrorOf("images: [{image: x, profile: Bad}]"), HasSubstr("lower-case"));
   EXPECT_THAT(ErrorOf("nodes: {heartbeat_interval: 5s, misses: 3, lost_after: 10s}"),
               HasSubstr("lost before it is NotReady"));
+  EXPECT_THAT(ErrorOf("nodes: {tls: {ca: ca.pem}}"),
+              HasSubstr("\"nodes.tls.ca\" must be an absolute path"));
+  EXPECT_THAT(ErrorOf("nodes: {tls: {cert: /c.pem}}"),
+              HasSubstr("\"nodes.tls.cert\" is not a known key"));
   EXPECT_THAT(ErrorOf("scheduling: {overcommit: {cpu: 0.5}}"), HasSubstr("from 1 to 100"));
   EXPECT_THAT(ErrorOf("api: {default_timeout: 2h, max_timeout: 1h}"), HasSubstr("api."));
   EXPECT_THAT(ErrorOf("tls: {cert: relative.crt, key: /k}"), HasSubstr("absolute path"));

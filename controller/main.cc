@@ -164,8 +164,11 @@ int Run(int argc, char** argv) {
 
   RealClock clock;
   ControllerMetrics metrics;
-  NodeTable nodes(&clock, NodeTableOptions{config->heartbeat_interval, config->heartbeat_misses,
-                                           config->lost_after, config->overcommit});
+  NodeTable nodes(&clock, NodeTableOptions{.heartbeat_interval = config->heartbeat_interval,
+                                           .misses = config->heartbeat_misses,
+                                           .lost_after = config->lost_after,
+                                           .overcommit = config->overcommit,
+                                           .agent_ca_file = config->nodes_ca_file});
   scheduler::Scheduler scheduler(scheduler::SchedulerOptions{.best_of_k = config->best_of_k});
   std::unique_ptr<AgentClient> agents = NewHttpAgentClient(config->create_timeout);
   MeteredStore metered_store(store.get(), &metrics);  // moat_controller_store_request_duration

@@ -175,7 +175,8 @@ absl::StatusOr<AgentEndpoint> NodeTable::Endpoint(const std::string& name) const
     return absl::UnavailableError(
         absl::StrCat("node \"", name, "\" joined but has not sent its first heartbeat"));
   }
-  return AgentEndpoint{it->second.report.agent_url, it->second.report.agent_token};
+  return AgentEndpoint{it->second.report.agent_url, it->second.report.agent_token,
+                       options_.agent_ca_file};
 }
 
 NodeView NodeTable::ViewLocked(const std::string& name, const Node& node) const {

@@ -62,11 +62,14 @@ struct NodeTableOptions {
   int misses = 3;
   absl::Duration lost_after = absl::Seconds(30);
   scheduler::Overcommit overcommit;
+  std::string agent_ca_file;  // Verifies agents' https:// URLs (nodes.tls.ca); empty: system CAs.
 };
 
+// How to reach one node's agent.
 struct AgentEndpoint {
   std::string url;
   std::string token;
+  std::string ca_file;  // Verifies an https:// url; empty: the system's CAs.
 };
 
 class NodeTable {

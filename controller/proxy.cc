@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "controller/leader/stream_pipe.h"
 #include "controller/lifecycle_json.h"
+#include "util/http/client.h"
 #include "util/http/reply.h"
 
 namespace moat::controller {
@@ -97,9 +98,9 @@ void ProxyToSandbox(const httplib::Request& req, httplib::Response& res, const S
     out.body = req.body;
   }
   RelayUpstream::Receive(up, out);
-  std::string url = agent.url;
-  up->thread = std::thread([up, url, out = std::move(out)]() mutable {
-    httplib::Client client(url);
+  up->thread = std::thread([up, agent, out = std::move(out)]() mutable {
+    httplib::Client client(agent.url);
+    http::TrustCa(client, agent.ca_file);
     client.set_connection_timeout(5, 0);
     client.set_read_timeout(3600, 0);  // A command may stream for as long as it runs.
     client.set_tcp_nodelay(true);
@@ -109,7 +110,7 @@ void ProxyToSandbox(const httplib::Request& req, httplib::Response& res, const S
     if (!up->head_set) {
       httplib::Response failed;
       failed.status = ok ? response.status : 502;
-      if (!ok) failed.reason = httplib::to_string(error);
+      if (!ok) failed.reason = http::DescribeFailure(error, "nodes.tls.ca");
       up->head.set_value(failed);
       up->head_set = true;
     }
@@ -119,8 +120,7 @@ void ProxyToSandbox(const httplib::Request& req, httplib::Response& res, const S
   if (head.status == 502 && !head.reason.empty()) {
     up->thread.join();
     return SendError(
-        res, 502,
-        absl::StrCat("the sandbox's agent did not answer (", head.reason, "); try again"));
+        res, 502, absl::StrCat("the sandbox's agent did not answer: ", head.reason, "; try again"));
   }
   res.status = head.status;
   std::string content_type = "application/octet-stream";

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "sandbox/cgroup/cgroup.h"
+#include "util/http/client.h"
 #include "util/join_auth.h"
 #include "util/log.h"
 #include "util/status_macros.h"
@@ -16,8 +17,9 @@ namespace {
 
 using nlohmann::json;
 
-std::unique_ptr<httplib::Client> Client(const std::string& url) {
-  auto client = std::make_unique<httplib::Client>(url);
+std::unique_ptr<httplib::Client> Client(const ControllerLinkOptions& options) {
+  auto client = std::make_unique<httplib::Client>(options.controller_url);
+  http::TrustCa(*client, options.ca_file);
   client->set_connection_timeout(5, 0);
   client->set_read_timeout(10, 0);
   client->set_write_timeout(10, 0);
@@ -26,8 +28,9 @@ std::unique_ptr<httplib::Client> Client(const std::string& url) {
 
 absl::Status FromHttp(const httplib::Result& res, absl::string_view what) {
   if (!res) {
-    return absl::UnavailableError(absl::StrCat(what, ": the controller did not answer (",
-                                               httplib::to_string(res.error()), ")"));
+    return absl::UnavailableError(
+        absl::StrCat(what, ": the controller did not answer: ",
+                     http::DescribeFailure(res.error(), "controller.tls.ca")));
   }
   if (res->status == 200) return absl::OkStatus();
   std::string text =
@@ -99,7 +102,7 @@ absl::StatusOr<std::string> ControllerLink::Join() {
                {"timestamp", now},
                {"proof", JoinAgentProof(options_.join_token, options_.node_name, nonce, now)},
                {"report", report}};
-  auto client = Client(options_.controller_url);
+  auto client = Client(options_);
   auto res = client->Post("/internal/v1/nodes/join", body.dump(), "application/json");
   RETURN_IF_ERROR(FromHttp(res, "joining"));
   json answer = json::parse(res->body, nullptr, false);
@@ -118,7 +121,7 @@ absl::StatusOr<std::string> ControllerLink::Join() {
 
 absl::Status ControllerLink::Heartbeat(const std::string& session) {
   json body = {{"report", report_()}};
-  auto client = Client(options_.controller_url);
+  auto client = Client(options_);
   httplib::Headers headers = {{"Authorization", absl::StrCat("Bearer ", session)}};
   return FromHttp(
       client->Post(absl::StrCat("/internal/v1/nodes/", options_.node_name, "/heartbeat"), headers,

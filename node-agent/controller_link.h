@@ -26,6 +26,7 @@ struct ControllerLinkOptions {
   std::string join_token;
   std::string node_name;
   absl::Duration interval = absl::Seconds(5);
+  std::string ca_file;  // Verifies an https:// controller; empty: the system's CAs.
 };
 
 // What the node reports; the callback is called on the link's thread before every message.

@@ -6,6 +6,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -13,7 +14,9 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "node-agent/testing/temp_dir.h"
 #include "util/join_auth.h"
+#include "util/testing/test_ca.h"
 
 namespace moat::agent {
 namespace {
@@ -24,10 +27,17 @@ constexpr char kJoinToken[] = "join-token-0123456789abcdef";
 class FakeController {
  public:
   // An impostor (check_agent_proof false) takes any join and answers with its own token's proof.
-  explicit FakeController(std::string token, bool check_agent_proof = true)
-      : token_(std::move(token)) {
-    server_.Post("/internal/v1/nodes/join", [this, check_agent_proof](const httplib::Request& req,
-                                                                      httplib::Response& res) {
+  // With `tls`, it serves HTTPS with the test CA's server certificate.
+  explicit FakeController(std::string token, bool check_agent_proof = true,
+                          const moat::testing::TestCa* tls = nullptr)
+      : token_(std::move(token)),
+        server_(tls ? std::make_unique<httplib::SSLServer>(tls->server_pem.c_str(),
+                                                           tls->server_key.c_str())
+                    : std::make_unique<httplib::Server>()),
+        scheme_(tls ? "https" : "http") {
+    httplib::Server& server = *server_;
+    server.Post("/internal/v1/nodes/join", [this, check_agent_proof](const httplib::Request& req,
+                                                                     httplib::Response& res) {
       json body = json::parse(req.body);
       absl::MutexLock lock(&mu_);
       ++joins_;
@@ -43,27 +53,27 @@ class FakeController {
                           .dump(),
                       "application/json");
     });
-    server_.Post(R"(/internal/v1/nodes/([^/]+)/heartbeat)",
-                 [this](const httplib::Request& req, httplib::Response& res) {
-                   absl::MutexLock lock(&mu_);
-                   heartbeats_.push_back(json::parse(req.body));
-                   sessions_.push_back(req.get_header_value("Authorization"));
-                   if (refuse_next_) {
-                     refuse_next_ = false;
-                     res.status = 401;
-                     return;
-                   }
-                   res.set_content("{}", "application/json");
-                 });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    while (!server_.is_running()) absl::SleepFor(absl::Milliseconds(1));
+    server.Post(R"(/internal/v1/nodes/([^/]+)/heartbeat)",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  absl::MutexLock lock(&mu_);
+                  heartbeats_.push_back(json::parse(req.body));
+                  sessions_.push_back(req.get_header_value("Authorization"));
+                  if (refuse_next_) {
+                    refuse_next_ = false;
+                    res.status = 401;
+                    return;
+                  }
+                  res.set_content("{}", "application/json");
+                });
+    port_ = server.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_->listen_after_bind(); });
+    while (!server.is_running()) absl::SleepFor(absl::Milliseconds(1));
   }
   ~FakeController() {
-    server_.stop();
+    server_->stop();
     thread_.join();
   }
-  std::string url() const { return absl::StrCat("http://127.0.0.1:", port_); }
+  std::string url() const { return absl::StrCat(scheme_, "://127.0.0.1:", port_); }
   void RefuseNextHeartbeat() {
     absl::MutexLock lock(&mu_);
     refuse_next_ = true;
@@ -87,7 +97,8 @@ class FakeController {
 
  private:
   std::string token_;
-  httplib::Server server_;
+  std::unique_ptr<httplib::Server> server_;
+  std::string scheme_;
   int port_ = 0;
   std::thread thread_;
   absl::Mutex mu_;
@@ -168,6 +179,60 @@ TEST(ControllerLinkTest, JoinsAgainWhenAHeartbeatIsRefused) {
   ASSERT_TRUE(WaitFor([&] { return link.Healthy(); }));
   link.Stop();
   EXPECT_EQ(controller.sessions().back(), "Bearer session-2");
+}
+
+// Over https://, the controller's certificate is checked against controller.tls.ca before the
+// join (and its proof) is sent.
+class ControllerLinkTlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<moat::testing::TestCa> ca =
+        moat::testing::MakeTestCa(dir_.path(), {"IP:127.0.0.1"});
+    if (absl::IsFailedPrecondition(ca.status())) GTEST_SKIP() << ca.status();
+    ASSERT_TRUE(ca.ok()) << ca.status();
+    ca_ = *ca;
+  }
+  testing::ScopedTempDir dir_;
+  moat::testing::TestCa ca_;
+};
+
+TEST_F(ControllerLinkTlsTest, JoinsAControllerItsCaSigned) {
+  FakeController controller(kJoinToken, true, &ca_);
+  ControllerLink link({controller.url(), kJoinToken, "n1", absl::Milliseconds(50), ca_.ca_pem},
+                      [] { return NodeReportJson(Facts()); });
+  link.Start();
+  ASSERT_TRUE(WaitFor([&] { return controller.heartbeats().size() >= 2; }));
+  EXPECT_TRUE(link.Healthy());
+  link.Stop();
+}
+
+TEST_F(ControllerLinkTlsTest, SendsNothingToAControllerItCannotVerify) {
+  FakeController controller(kJoinToken, true, &ca_);
+  // A CA that did not sign the controller's certificate, and the system's CAs (which do not
+  // hold the test CA): no join reaches the controller, and the error says what to set.
+  for (const std::string& ca : {ca_.other_pem, std::string()}) {
+    SCOPED_TRACE(ca.empty() ? "system CAs" : ca);
+    ControllerLink link({controller.url(), kJoinToken, "n1", absl::Milliseconds(50), ca},
+                        [] { return NodeReportJson(Facts()); });
+    auto joined = link.Join();
+    ASSERT_FALSE(joined.ok());
+    EXPECT_TRUE(absl::IsUnavailable(joined.status())) << joined.status();
+    EXPECT_THAT(std::string(joined.status().message()), ::testing::HasSubstr("not trusted"));
+    EXPECT_THAT(std::string(joined.status().message()), ::testing::HasSubstr("controller.tls.ca"));
+  }
+  EXPECT_EQ(controller.joins(), 0);
+}
+
+TEST_F(ControllerLinkTlsTest, AnUnreadableCaFileIsNamed) {
+  FakeController controller(kJoinToken, true, &ca_);
+  ControllerLink link(
+      {controller.url(), kJoinToken, "n1", absl::Milliseconds(50), dir_.File("missing.pem")},
+      [] { return NodeReportJson(Facts()); });
+  auto joined = link.Join();
+  ASSERT_FALSE(joined.ok());
+  EXPECT_THAT(std::string(joined.status().message()), ::testing::HasSubstr("cannot be loaded"));
+  EXPECT_THAT(std::string(joined.status().message()), ::testing::HasSubstr("controller.tls.ca"));
+  EXPECT_EQ(controller.joins(), 0);
 }
 
 }  // namespace

@@ -84,7 +84,12 @@ absl::StatusOr<std::unique_ptr<ControllerLink>> MakeControllerLink(const AgentCo
     return NodeReportJson(f);
   };
   return std::make_unique<ControllerLink>(
-      ControllerLinkOptions{c.url, *join_token, name, config.heartbeat_interval}, report);
+      ControllerLinkOptions{.controller_url = c.url,
+                            .join_token = *join_token,
+                            .node_name = name,
+                            .interval = config.heartbeat_interval,
+                            .ca_file = c.ca_file},
+      report);
 }
 
 int Run(int argc, char** argv) {

@@ -29,7 +29,7 @@ LAYERS = {
     "node-agent/backend": ["sandbox", "node-agent/config"],
     "node-agent/pool": ["node-agent/backend", "node-agent/config"],
     "node-agent/probe": ["sandbox", "node-agent/backend"],
-    "node-agent": ["node-agent/pool", "node-agent/probe"],
+    "node-agent": ["node-agent/pool", "node-agent/probe", "util/http"],
     "node-agent/api": ["node-agent", "util/http"],
     "controller/store": ["util"],
     "controller/scheduler": ["util"],
@@ -38,7 +38,7 @@ LAYERS = {
     "controller": ["controller/store", "controller/scheduler", "controller/tenants",
                    "controller/precheck", "sandbox/values", "util/http"],
 }
-TESTING = {"sandbox/testing", "node-agent/testing", "controller/testing"}
+TESTING = {"util/testing", "sandbox/testing", "node-agent/testing", "controller/testing"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 

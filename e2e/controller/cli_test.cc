@@ -15,6 +15,7 @@
 #include "e2e/controller/fleet.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "util/testing/test_ca.h"
 
 namespace moat::e2e {
 namespace {
@@ -222,24 +223,14 @@ TEST(CliTlsE2eTest, HttpsWithAPrivateCaAndAHostName) {
   std::unique_ptr<Fleet> fleet = *std::move(made);
   const std::string d = fleet->dir();
   // A CA, and a server certificate it signs for the name "localhost" only.
-  const std::string openssl = absl::StrCat(
-      "cd ", d,
-      " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 "
-      "-subj /CN=moat-test-ca 2>/dev/null"
-      " && openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr "
-      "-subj /CN=localhost 2>/dev/null"
-      " && printf 'subjectAltName=DNS:localhost\\n' > san.ext"
-      " && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
-      "-out server.pem -days 2 -extfile san.ext 2>/dev/null"
-      " && openssl req -x509 -newkey rsa:2048 -nodes -keyout other.key -out other.pem -days 2 "
-      "-subj /CN=localhost 2>/dev/null");
-  ASSERT_EQ(std::system(openssl.c_str()), 0);
+  absl::StatusOr<moat::testing::TestCa> made_ca = moat::testing::MakeTestCa(d, {"DNS:localhost"});
+  ASSERT_TRUE(made_ca.ok()) << made_ca.status();
   fleet->set_extra_config(
-      absl::StrCat("tls: {cert: ", d, "/server.pem, key: ", d, "/server.key}\n"));
+      absl::StrCat("tls: {cert: ", made_ca->server_pem, ", key: ", made_ca->server_key, "}\n"));
   ASSERT_TRUE(fleet->StartController().ok()) << fleet->controller().Log();
   const int port = fleet->controller().port();
   const std::string by_name = absl::StrCat("https://localhost:", port);
-  const std::string ca = d + "/ca.pem";
+  const std::string ca = made_ca->ca_pem;
   // Verified against the CA, for the name the URL gives (resolved through /etc/hosts).
   Ran ls = RunMoat(d, {"node", "ls", "--json", "--ca-file", ca}, by_name, fleet->api_key());
   EXPECT_EQ(ls.status, 0) << ls.err;
@@ -264,7 +255,7 @@ TEST(CliTlsE2eTest, HttpsWithAPrivateCaAndAHostName) {
   EXPECT_THAT(untrusted.err, HasSubstr("--ca-file"));
   // A CA that did not sign it: refused too.
   Ran wrong_ca =
-      RunMoat(d, {"node", "ls", "--ca-file", d + "/other.pem"}, by_name, fleet->api_key());
+      RunMoat(d, {"node", "ls", "--ca-file", made_ca->other_pem}, by_name, fleet->api_key());
   EXPECT_EQ(wrong_ca.status, 125);
   EXPECT_THAT(wrong_ca.err, HasSubstr("is not trusted"));
   // The certificate names localhost, not 127.0.0.1: the address does not match it.

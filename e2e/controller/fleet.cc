@@ -142,15 +142,18 @@ std::string Fleet::MoatBinary() {
 absl::Status Fleet::StartController() {
   if (controller_port_ == 0) controller_port_ = FreePort();
   std::string config = dir_ + "/controller.yaml";
-  WriteFile(config,
-            absl::StrCat("listen: {address: 127.0.0.1, port: ", controller_port_, "}\n",
-                         "state_dir: ", dir_, "/controller-state\n", "api_keys_file: ", keys_file_,
-                         "\n", "join_token_file: ", join_token_file_, "\n",
-                         "images: [{image: \"*\", profile: default}]\n",
-                         "nodes: {heartbeat_interval: 1s, misses: 3, lost_after: 6s}\n",
-                         "api: {create_timeout: 5s}\n", "admin_key_file: ", dir_, "/admin.key\n",
-                         extra_config_),
-            0600);
+  WriteFile(
+      config,
+      absl::StrCat(
+          "listen: {address: 127.0.0.1, port: ", controller_port_, "}\n", "state_dir: ", dir_,
+          "/controller-state\n", "api_keys_file: ", keys_file_, "\n", "join_token_file: ",
+          join_token_file_, "\n", "images: [{image: \"*\", profile: default}]\n",
+          "nodes: {heartbeat_interval: 1s, misses: 3, lost_after: 6s",
+          tls_ ? absl::StrCat(", tls: {ca: ", nodes_ca_, "}") : "", "}\n",
+          tls_ ? absl::StrCat("tls: {cert: ", tls_->server_pem, ", key: ", tls_->server_key, "}\n")
+               : "",
+          "api: {create_timeout: 5s}\n", "admin_key_file: ", dir_, "/admin.key\n", extra_config_),
+      0600);
   controller_ = std::make_unique<Daemon>();
   controller_->port_ = controller_port_;
   if (absl::Status st = controller_->Spawn(Env("MOAT_CONTROLLER_BIN", MOAT_E2E_CONTROLLER_BIN),
@@ -158,16 +161,7 @@ absl::Status Fleet::StartController() {
       !st.ok()) {
     return st;
   }
-  // A controller serving TLS (extra config `tls:`) is asked over TLS, unverified: the test
-  // checks the certificate itself.
-  std::unique_ptr<httplib::ClientImpl> client;
-  if (absl::StrContains(extra_config_, "tls:")) {
-    auto tls = std::make_unique<httplib::SSLClient>("127.0.0.1", controller_port_);
-    tls->enable_server_certificate_verification(false);
-    client = std::move(tls);
-  } else {
-    client = std::make_unique<httplib::ClientImpl>("127.0.0.1", controller_port_);
-  }
+  std::unique_ptr<httplib::Client> client = ClientOf(controller_port_);
   if (!WaitFor(
           [&] {
             auto r = client->Get("/health");
@@ -177,6 +171,21 @@ absl::Status Fleet::StartController() {
     return absl::UnavailableError("the controller did not answer /health: " + controller_->Log());
   }
   return absl::OkStatus();
+}
+
+std::unique_ptr<httplib::Client> Fleet::ClientOf(int port, bool controller) const {
+  // A controller serving TLS from extra config (`tls:`) is asked over TLS, unverified: the test
+  // checks the certificate itself.
+  const bool tls = tls_.has_value() || (controller && absl::StrContains(extra_config_, "tls:"));
+  auto client = std::make_unique<httplib::Client>(
+      absl::StrCat(tls ? "https" : "http", "://127.0.0.1:", port));
+  if (tls_) {
+    client->set_ca_cert_path(tls_->ca_pem.c_str());
+  } else if (tls) {
+    client->enable_server_certificate_verification(false);
+  }
+  client->set_read_timeout(60, 0);
+  return client;
 }
 
 absl::Status Fleet::StartReplica(int i, const std::vector<std::string>& etcd_endpoints) {
@@ -245,15 +254,23 @@ absl::Status Fleet::StartAgent(const AgentOptions& o) {
   std::string labels;
   for (const auto& [k, v] : o.labels)
     absl::StrAppend(&labels, labels.empty() ? "" : ", ", k, ": ", v);
+  std::string tls, controller_tls;
+  if (tls_) {
+    tls = absl::StrCat("tls: {cert: ", tls_->server_pem, ", key: ", tls_->server_key, "}\n");
+    controller_tls =
+        absl::StrCat(", tls: {ca: ", o.controller_ca.empty() ? tls_->ca_pem : o.controller_ca, "}");
+  }
   WriteFile(adir + "/agent.yaml",
-            absl::StrCat("listen: {address: 127.0.0.1, port: ", port, "}\n", "token_file: ", adir,
-                         "/agent.token\n", "state_dir: ", adir, "/state\n",
+            absl::StrCat(tls, "listen: {address: 127.0.0.1, port: ", port, "}\n",
+                         "token_file: ", adir, "/agent.token\n", "state_dir: ", adir, "/state\n",
                          "heartbeat: {interval: 1s}\n", "profiles:\n", "  - name: default\n",
                          "    limits: {cpus: 1, memory: 256MiB, pids: 128, workspace: 64MiB}\n",
                          "    pool: {floor: ", o.pool_floor, ", ceiling: ", o.pool_floor + 2, "}\n",
-                         "controller: {url: \"http://127.0.0.1:", controller_port_,
+                         "controller: {url: \"", tls_ ? "https" : "http",
+                         "://127.0.0.1:", controller_port_,
                          "\", join_token_file: ", join_token_file_, ", node_name: ", o.name,
-                         labels.empty() ? "" : absl::StrCat(", labels: {", labels, "}"), "}\n"),
+                         labels.empty() ? "" : absl::StrCat(", labels: {", labels, "}"),
+                         controller_tls, "}\n"),
             0600);
   auto agent = std::make_unique<Daemon>();
   agent->port_ = port;
@@ -261,6 +278,7 @@ absl::Status Fleet::StartAgent(const AgentOptions& o) {
                                  {"--config", adir + "/agent.yaml"}, adir + "/agent.log");
   if (!st.ok()) return st;
   agents_[o.name] = std::move(agent);
+  if (!o.wait_until_ready) return absl::OkStatus();
   if (!WaitFor([&] { return NodeState(o.name) == "Ready"; }, absl::Seconds(20))) {
     return absl::UnavailableError("the agent did not join: " + agents_[o.name]->Log());
   }
@@ -269,24 +287,21 @@ absl::Status Fleet::StartAgent(const AgentOptions& o) {
 
 std::pair<int, nlohmann::json> Fleet::Call(const std::string& method, const std::string& path,
                                            const std::string& body) {
-  httplib::Client client("127.0.0.1", controller_port_);
-  client.set_read_timeout(60, 0);
-  return Send(client, method, path, body, {{"OPEN-SANDBOX-API-KEY", api_key_}});
+  return Send(*ClientOf(controller_port_), method, path, body,
+              {{"OPEN-SANDBOX-API-KEY", api_key_}});
 }
 
 std::pair<int, nlohmann::json> Fleet::CallWith(const std::map<std::string, std::string>& headers,
                                                const std::string& method, const std::string& path,
                                                const std::string& body) {
-  httplib::Client client("127.0.0.1", controller_port_);
-  client.set_read_timeout(60, 0);
   httplib::Headers h(headers.begin(), headers.end());
-  return Send(client, method, path, body, h);
+  return Send(*ClientOf(controller_port_), method, path, body, h);
 }
 
 std::pair<int, nlohmann::json> Fleet::AgentCall(const std::string& name, const std::string& method,
                                                 const std::string& path) {
-  httplib::Client client("127.0.0.1", agents_.at(name)->port());
-  return Send(client, method, path, "", {{"Authorization", "Bearer " + agent_tokens_.at(name)}});
+  return Send(*ClientOf(agents_.at(name)->port(), /*controller=*/false), method, path, "",
+              {{"Authorization", "Bearer " + agent_tokens_.at(name)}});
 }
 
 std::string Fleet::NodeState(const std::string& name) {

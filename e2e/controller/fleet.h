@@ -7,12 +7,18 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
+#include "util/testing/test_ca.h"
+
+namespace httplib {
+class Client;
+}  // namespace httplib
 
 namespace moat::e2e {
 
@@ -38,6 +44,9 @@ struct AgentOptions {
   std::string name;
   int pool_floor = 1;
   std::map<std::string, std::string> labels;
+  // With UseTls: the CA this agent verifies the controller with; empty: the fleet's CA.
+  std::string controller_ca;
+  bool wait_until_ready = true;  // false: StartAgent returns once the process started.
 };
 
 class Fleet {
@@ -70,6 +79,14 @@ class Fleet {
   const std::string& admin_key() const { return admin_key_; }
   // YAML lines added to the controller's config at the next StartController.
   void set_extra_config(std::string yaml) { extra_config_ = std::move(yaml); }
+  // TLS both ways, from the next StartController and StartAgent: the controller and the agents
+  // serve https with the CA's server certificate (which must name IP:127.0.0.1); agents verify
+  // the controller with `controller.tls.ca`, the controller its agents with `nodes.tls.ca`
+  // (`nodes_ca`, default the CA); Call, CallWith and AgentCall verify against the CA too.
+  void UseTls(const moat::testing::TestCa& ca, std::string nodes_ca = "") {
+    tls_ = ca;
+    nodes_ca_ = nodes_ca.empty() ? ca.ca_pem : std::move(nodes_ca);
+  }
 
   // The controller's API with the API key: (status, body parsed or null).
   std::pair<int, nlohmann::json> Call(const std::string& method, const std::string& path,
@@ -94,6 +111,11 @@ class Fleet {
   std::map<int, std::unique_ptr<Daemon>> replicas_;
   std::map<int, int> replica_ports_;
   std::map<std::string, std::string> agent_tokens_;
+  std::optional<moat::testing::TestCa> tls_;
+  std::string nodes_ca_;
+
+  // A client of the controller (or of the agent) on `port`, speaking what it serves.
+  std::unique_ptr<httplib::Client> ClientOf(int port, bool controller = true) const;
 };
 
 }  // namespace moat::e2e

@@ -84,9 +84,9 @@ absl::StatusOr<ProfileConfig> ParseProfile(const Reader& r, const YAML::Node& no
 }
 
 absl::StatusOr<ControllerJoinConfig> ParseControllerJoin(const Reader& r, const YAML::Node& node) {
-  RETURN_IF_ERROR(
-      r.CheckMap(node, "controller",
-                 {"url", "join_token_file", "node_name", "advertise_url", "labels", "taints"}));
+  RETURN_IF_ERROR(r.CheckMap(
+      node, "controller",
+      {"url", "join_token_file", "node_name", "advertise_url", "labels", "taints", "tls"}));
   ControllerJoinConfig c;
   ASSIGN_OR_RETURN(c.url, r.String(node["url"], "controller.url"));
   if (!absl::StartsWith(c.url, "http://") && !absl::StartsWith(c.url, "https://")) {
@@ -94,6 +94,15 @@ absl::StatusOr<ControllerJoinConfig> ParseControllerJoin(const Reader& r, const 
   }
   ASSIGN_OR_RETURN(c.join_token_file,
                    r.AbsolutePath(node["join_token_file"], "controller.join_token_file"));
+  if (const YAML::Node tls = node["tls"]) {
+    RETURN_IF_ERROR(r.CheckMap(tls, "controller.tls", {"ca"}));
+    ASSIGN_OR_RETURN(c.ca_file, r.AbsolutePath(tls["ca"], "controller.tls.ca"));
+    if (!absl::StartsWith(c.url, "https://")) {
+      return r.Error(tls, "controller.tls.ca",
+                     "is set but controller.url is not https://: serve the controller over TLS "
+                     "and give its https:// URL, or drop controller.tls");
+    }
+  }
   if (node["node_name"]) {
     ASSIGN_OR_RETURN(c.node_name, r.String(node["node_name"], "controller.node_name"));
   }

@@ -18,7 +18,8 @@
 //       pool: {floor: 5, ceiling: 50}
 //   controller:                                   # optional: join a moat-controller
 //     {url: http://127.0.0.1:8080, join_token_file: /etc/moat/join.token, node_name: n1,
-//      advertise_url: http://10.0.0.5:7070, labels: {zone: a}, taints: {dedicated: ci}}
+//      advertise_url: http://10.0.0.5:7070, labels: {zone: a}, taints: {dedicated: ci},
+//      tls: {ca: /etc/moat/controller-ca.crt}}     # verifies an https:// url; default: system CAs
 #pragma once
 
 #include <cstdint>
@@ -55,8 +56,10 @@ struct TlsConfig {
 struct ControllerJoinConfig {
   std::string url;              // http(s)://host:port of moat-controller.
   std::string join_token_file;  // The fleet's join token (mode 0600).
-  std::string node_name;        // Default: the host name.
-  std::string advertise_url;    // How the controller reaches this agent; default from listen.
+  // The CA that signed the controller's certificate (an https:// url); empty: the system's.
+  std::string ca_file;
+  std::string node_name;      // Default: the host name.
+  std::string advertise_url;  // How the controller reaches this agent; default from listen.
   std::map<std::string, std::string> labels, taints;
 };
 

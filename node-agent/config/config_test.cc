@@ -79,6 +79,39 @@ profiles:
   EXPECT_EQ(config->FindProfile("ruby"), nullptr);
 }
 
+TEST(ConfigTest, ControllerJoin) {
+  auto config = ParseConfig(R"(
+token_file: /etc/moat/agent.token
+profiles: [{name: default}]
+controller:
+  url: https://controller.example:8443
+  join_token_file: /etc/moat/join.token
+  node_name: n1
+  advertise_url: https://10.0.0.5:7070
+  labels: {zone: a}
+  taints: {dedicated: ci}
+  tls: {ca: /etc/moat/controller-ca.crt}
+)",
+                            "agent.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_TRUE(config->controller.has_value());
+  const ControllerJoinConfig& c = *config->controller;
+  EXPECT_EQ(c.url, "https://controller.example:8443");
+  EXPECT_EQ(c.join_token_file, "/etc/moat/join.token");
+  EXPECT_EQ(c.node_name, "n1");
+  EXPECT_EQ(c.advertise_url, "https://10.0.0.5:7070");
+  EXPECT_EQ(c.labels, (std::map<std::string, std::string>{{"zone", "a"}}));
+  EXPECT_EQ(c.taints, (std::map<std::string, std::string>{{"dedicated", "ci"}}));
+  EXPECT_EQ(c.ca_file, "/etc/moat/controller-ca.crt");
+  // Without tls: the system's CAs.
+  auto plain = ParseConfig(
+      "token_file: /t\nprofiles: [{name: d}]\ncontroller: {url: \"http://c:8080\", "
+      "join_token_file: /j}\n",
+      "agent.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->controller->ca_file, "");
+}
+
 struct BadCase {
   std::string name;
   std::string yaml;
@@ -132,6 +165,20 @@ INSTANTIATE_TEST_SUITE_P(
                 "\"profiles[0].root\" must be an absolute path"},
         BadCase{"DefaultTtlAboveMax", kToken + kProfile + "api: {max_ttl: 1h, default_ttl: 2h}\n",
                 "api.default_ttl"},
+        BadCase{"ControllerCaWithPlainHttp",
+                kToken + kProfile +
+                    "controller: {url: \"http://c:8080\", join_token_file: /j, "
+                    "tls: {ca: /ca.pem}}\n",
+                "\"controller.tls.ca\" is set but controller.url is not https://"},
+        BadCase{
+            "ControllerCaRelative",
+            kToken + kProfile +
+                "controller: {url: \"https://c:8080\", join_token_file: /j, tls: {ca: ca.pem}}\n",
+            "\"controller.tls.ca\" must be an absolute path"},
+        BadCase{"ControllerTlsUnknownKey",
+                kToken + kProfile +
+                    "controller: {url: \"https://c:8080\", join_token_file: /j, tls: {cert: /c}}\n",
+                "\"controller.tls.cert\" is not a known key"},
         BadCase{"NotAMap", "- a\n- b\n", "must be a mapping"},
         BadCase{"SyntaxError", "token_file: [unclosed\n", "not valid YAML"}),
     [](const auto& info) { return info.param.name; });
