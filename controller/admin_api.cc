@@ -2,12 +2,15 @@
 
 #include <httplib.h>
 
+#include <cmath>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "controller/lifecycle_json.h"
 #include "nlohmann/json.hpp"
 #include "util/http/reply.h"
 #include "util/log.h"
+#include "util/status_macros.h"
 #include "util/strict_json.h"
 #include "util/token.h"
 
@@ -32,19 +35,28 @@ absl::StatusOr<TenantQuota> ParseQuota(const json& j) {
   TenantQuota q;
   if (j.is_null()) return q;
   if (!j.is_object()) return absl::InvalidArgumentError("quota must be an object");
-  for (const auto& [key, value] : j.items()) {
-    if (!value.is_number() || value.get<double>() < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("quota.", key, " must be a number, 0 or more (0: no limit)"));
+  // Each value within [0, max], whole where the quota counts things; 0 is no limit.
+  auto number = [](const std::string& key, const json& value, double max,
+                   bool whole) -> absl::StatusOr<double> {
+    const double v = value.is_number() ? value.get<double>() : -1;
+    if (!value.is_number() || !(v >= 0 && v <= max) || (whole && v != std::floor(v))) {
+      return absl::InvalidArgumentError(absl::StrCat("quota.", key, " must be ",
+                                                     whole ? "a whole number" : "a number",
+                                                     " from 0 to ", max, " (0: no limit)"));
     }
+    return v;
+  };
+  for (const auto& [key, value] : j.items()) {
     if (key == "max_sandboxes") {
-      q.max_sandboxes = value.get<int>();
+      ASSIGN_OR_RETURN(double v, number(key, value, 1'000'000, /*whole=*/true));
+      q.max_sandboxes = static_cast<int>(v);
     } else if (key == "max_cpu") {
-      q.max_cpu = value.get<double>();
+      ASSIGN_OR_RETURN(q.max_cpu, number(key, value, 1'000'000, /*whole=*/false));
     } else if (key == "max_memory") {
-      q.max_memory = value.get<uint64_t>();
+      ASSIGN_OR_RETURN(double v, number(key, value, 1LL << 60, /*whole=*/true));  // 1 EiB
+      q.max_memory = static_cast<uint64_t>(v);
     } else if (key == "creates_per_minute") {
-      q.creates_per_minute = value.get<double>();
+      ASSIGN_OR_RETURN(q.creates_per_minute, number(key, value, 1'000'000, /*whole=*/false));
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown quota field \"", key,

@@ -4,6 +4,10 @@
 
 #include <httplib.h>
 
+#include <functional>
+#include <string>
+#include <vector>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -22,6 +26,7 @@ using ::testing::HasSubstr;
 
 constexpr char kKey[] = "acme-key-0123456789abcdef";
 constexpr char kJoinToken[] = "join-token-0123456789abcdef";
+constexpr char kAdminKey[] = "admin-key-0123456789abcdef";
 
 class HttpApiTest : public ::testing::Test {
  protected:
@@ -35,6 +40,8 @@ class HttpApiTest : public ::testing::Test {
                               .retry_interval = absl::Milliseconds(10)});
     HttpApiOptions options{&config_, {{"acme", kKey}}, kJoinToken};
     options.run_limits = &run_limits_;
+    admin_ = std::make_unique<AdminApi>(kAdminKey, &tenants_, &approvals_, sandboxes_.get());
+    options.admin = admin_.get();
     auto api = HttpApi::Create(std::move(options), &nodes_, sandboxes_.get(), &metrics_, &clock_);
     ASSERT_TRUE(api.ok()) << api.status();
     api_ = *std::move(api);
@@ -103,6 +110,9 @@ class HttpApiTest : public ::testing::Test {
   scheduler::Scheduler scheduler_;
   ControllerMetrics metrics_;
   std::unique_ptr<SandboxManager> sandboxes_;
+  TenantRegistry tenants_{&store_, &clock_, /*hash_rounds=*/1};
+  precheck::ApprovalQueue approvals_{&store_, &clock_, absl::Minutes(1), 8};
+  std::unique_ptr<AdminApi> admin_;
   std::unique_ptr<HttpApi> api_;
   std::unique_ptr<httplib::Client> client_;
   std::vector<std::string> joined_;
@@ -417,6 +427,189 @@ TEST_F(HttpApiTest, MetricsShowAllocatableAndAllocatedPerResource) {
   EXPECT_THAT(body, HasSubstr("moat_controller_allocatable{resource=\"memory\"} 17179869184"));
   EXPECT_THAT(body, HasSubstr("moat_controller_allocated{resource=\"cpu\"} 0.5"));
   EXPECT_THAT(body, HasSubstr("moat_controller_allocated{resource=\"memory\"} 1073741824"));
+}
+
+// Every way to spoil one value of `valid`: each member or element (at any depth) dropped, or
+// replaced by a value of each JSON kind, plus an unknown member and a deep nest at the top.
+std::vector<json> Spoiled(const json& valid) {
+  const std::vector<json> kinds = {nullptr,
+                                   true,
+                                   -1,
+                                   0,
+                                   1e308,
+                                   18446744073709551615ULL,
+                                   -9223372036854775807LL - 1,
+                                   "",
+                                   std::string(5000, 'x'),
+                                   "a\nb\u0001\"",
+                                   "1e9999",
+                                   json::array(),
+                                   json::array({1, "a", nullptr}),
+                                   json::object(),
+                                   json::object({{"", nullptr}})};
+  std::vector<json> out;
+  std::vector<json::json_pointer> pointers;
+  std::function<void(const json&, const json::json_pointer&)> walk =
+      [&](const json& node, const json::json_pointer& at) {
+        if (!at.empty()) pointers.push_back(at);
+        if (node.is_object()) {
+          for (const auto& [k, v] : node.items()) walk(v, at / k);
+        } else if (node.is_array()) {
+          for (size_t i = 0; i < node.size(); ++i) walk(node[i], at / i);
+        }
+      };
+  walk(valid, json::json_pointer());
+  for (const json::json_pointer& at : pointers) {
+    json dropped = valid;
+    json& parent = dropped[at.parent_pointer()];
+    if (parent.is_object()) parent.erase(at.back());
+    if (parent.is_array()) parent.erase(std::stoul(at.back()));
+    out.push_back(std::move(dropped));
+    for (const json& kind : kinds) {
+      json replaced = valid;
+      replaced[at] = kind;
+      out.push_back(std::move(replaced));
+    }
+  }
+  json unknown = valid;
+  unknown["surprise"] = 1;
+  out.push_back(unknown);
+  json deep = 1;
+  for (int i = 0; i < 200; ++i) deep = json::array({deep});
+  json nested = valid;
+  nested["deep"] = deep;
+  out.push_back(nested);
+  for (json top : {json(nullptr), json(1), json("x"), json::array({valid})}) out.push_back(top);
+  return out;
+}
+
+// Issue 12 point 8: nothing a client sends crashes the controller. Each route's valid body,
+// spoiled every way above: the controller always answers, never with a 5xx (a handler that threw
+// would answer 500), and every refusal is a flat {code, message}.
+TEST_F(HttpApiTest, SpoiledBodiesGetA4xxNeverA5xx) {
+  const std::string session = JoinNode("n1");
+  auto created = client_->Post("/v1/sandboxes", Auth(), CreateBody(), "application/json");
+  ASSERT_EQ(created->status, 202) << created->body;
+  const std::string id = json::parse(created->body)["id"];
+  const std::string nonce = "nonce-spoiled-0123456789";
+  const int64_t now = absl::ToUnixSeconds(absl::Now());
+  struct Route {
+    std::string method, path;
+    json valid;
+    httplib::Headers headers;
+  };
+  const std::vector<Route> routes = {
+      {"POST", "/v1/sandboxes",
+       json::parse(CreateBody(R"(, "env": {"A": "b"}, "metadata": {"team": "blue"},
+           "networkPolicy": {"defaultAction": "deny",
+                             "egress": [{"action": "allow", "target": "pypi.org"}]},
+           "platform": {"os": "linux", "arch": "amd64"})")),
+       Auth()},
+      {"POST", "/v1/run",
+       json{{"image", {{"uri", "python:3.11"}}},
+            {"command", {"echo", "hi"}},
+            {"timeout", 10},
+            {"env", {{"A", "b"}}}},
+       Auth()},
+      {"POST", "/v1/run",
+       json{{"code", "print(1)"},
+            {"language", "python"},
+            {"expectedDuration", 5},
+            {"resourceLimits", {{"cpu", "500m"}, {"memory", "256Mi"}}},
+            {"metadata", {{"k", "v"}}}},
+       Auth()},
+      {"POST", "/v1/sandboxes/" + id + "/renew-expiration",
+       json{{"expiresAt", FormatApiTime(clock_.Now() + absl::Hours(2))}}, Auth()},
+      {"PATCH", "/v1/sandboxes/" + id + "/metadata", json{{"team", "red"}, {"gone", nullptr}},
+       Auth()},
+      {"POST", "/v1/metrics/events", json{{"events", json::array({{{"name", "x"}}})}}, Auth()},
+      {"POST",
+       "/internal/v1/nodes/join",
+       json{{"name", "n2"},
+            {"nonce", nonce},
+            {"timestamp", now},
+            {"proof", JoinAgentProof(kJoinToken, "n2", nonce, now)},
+            {"report", Report("n2")}},
+       {}},
+      {"POST",
+       "/internal/v1/nodes/n1/heartbeat",
+       json{{"report", Report("n1")}},
+       {{"Authorization", "Bearer " + session}}},
+      {"POST",
+       "/v1/admin/tenants",
+       json{{"name", "beta"},
+            {"quota",
+             {{"max_sandboxes", 3},
+              {"max_cpu", 2.5},
+              {"max_memory", 1 << 30},
+              {"creates_per_minute", 60}}}},
+       {{"Authorization", std::string("Bearer ") + kAdminKey}}},
+      {"PUT",
+       "/v1/admin/tenants/acme/quota",
+       json{{"max_sandboxes", 3}, {"max_cpu", 2.5}, {"max_memory", 1 << 30}},
+       {{"Authorization", std::string("Bearer ") + kAdminKey}}},
+      {"POST",
+       "/v1/admin/approvals/nope/reject",
+       json{{"reason", "no"}},
+       {{"Authorization", std::string("Bearer ") + kAdminKey}}},
+  };
+  int requests = 0;
+  for (const Route& route : routes) {
+    for (const json& body : Spoiled(route.valid)) {
+      const std::string text = body.dump();
+      httplib::Result res =
+          route.method == "PATCH"
+              ? client_->Patch(route.path, route.headers, text, "application/json")
+          : route.method == "PUT"
+              ? client_->Put(route.path, route.headers, text, "application/json")
+              : client_->Post(route.path, route.headers, text, "application/json");
+      ++requests;
+      ASSERT_TRUE(res) << route.path << " gave no answer to " << text.substr(0, 300);
+      EXPECT_LT(res->status, 500) << route.path << " " << text.substr(0, 300) << " -> "
+                                  << res->body;
+      if (res->status >= 400) {
+        json error = json::parse(res->body, nullptr, false);
+        EXPECT_TRUE(error.is_object() && error.contains("code") && error.contains("message"))
+            << route.path << " " << text.substr(0, 300) << " -> " << res->body;
+      }
+    }
+  }
+  // Query strings too.
+  for (const std::string& query : std::vector<std::string>{
+           "pageSize=abc", "pageSize=-1", "pageSize=99999999999999999999", "page=0", "page=-5",
+           "state=", "state=%00", "metadata=", "metadata=%3D", "metadata=a%3Db%26c", "metadata=%FF",
+           "pageSize=1&pageSize=2", std::string("metadata=") + std::string(5000, 'k')}) {
+    auto res = client_->Get("/v1/sandboxes?" + query, Auth());
+    ASSERT_TRUE(res) << query;
+    EXPECT_LT(res->status, 500) << query << " -> " << res->body;
+  }
+  EXPECT_GT(requests, 200);
+  EXPECT_EQ(client_->Get("/health")->status, 200);
+}
+
+TEST_F(HttpApiTest, QuotasAreBoundedAndWholeWhereTheyCount) {
+  const httplib::Headers admin = {{"Authorization", std::string("Bearer ") + kAdminKey}};
+  auto tenant = [&](const json& quota) {
+    return client_->Post("/v1/admin/tenants", admin,
+                         json{{"name", "beta"}, {"quota", quota}}.dump(), "application/json");
+  };
+  for (const json& bad :
+       {json{{"max_sandboxes", 1.5}}, json{{"max_sandboxes", 1e308}}, json{{"max_sandboxes", -1}},
+        json{{"max_memory", 1e30}}, json{{"max_memory", 0.5}}, json{{"max_cpu", 1e308}},
+        json{{"creates_per_minute", "60"}}}) {
+    EXPECT_THAT(ExpectError(tenant(bad), 400, "INVALID_REQUEST"), HasSubstr("quota."))
+        << bad.dump();
+  }
+  auto made = tenant({{"max_sandboxes", 3},
+                      {"max_cpu", 2.5},
+                      {"max_memory", 1LL << 40},
+                      {"creates_per_minute", 0.5}});
+  ASSERT_EQ(made->status, 201) << made->body;
+  json quota = json::parse(made->body)["quota"];
+  EXPECT_EQ(quota["max_sandboxes"], 3) << quota.dump();
+  EXPECT_EQ(quota["max_cpu"], 2.5);
+  EXPECT_EQ(quota["max_memory"], 1LL << 40);
+  EXPECT_EQ(quota["creates_per_minute"], 0.5);
 }
 
 TEST(RoutePatternTest, IdsNeverBecomeLabels) {

@@ -171,9 +171,10 @@ absl::Status ParseNetworkPolicy(const json& p, Sandbox& s) {
                  "(IPs and CIDRs are not supported)");
     }
     std::string target = rule["target"].get<std::string>();
-    if (rule.value("action", "") == "allow") {
+    const json& action = rule.contains("action") ? rule["action"] : json();
+    if (action == "allow") {
       s.egress_allow.push_back(target);
-    } else if (rule.value("action", "") == "deny") {
+    } else if (action == "deny") {
       s.egress_deny.push_back(target);
     } else {
       return Bad("networkPolicy.egress[].action", "must be \"allow\" or \"deny\"");
@@ -458,6 +459,9 @@ absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body, const Control
     if (doc.contains("language")) return Bad("language", "goes with \"code\", not \"command\"");
   } else {
     if (!doc["code"].is_string()) return Bad("code", "must be a string");
+    if (doc.contains("language") && !doc["language"].is_string()) {
+      return Bad("language", "must be one of python, sh, bash, node");
+    }
     const std::string language = doc.value("language", "python");
     static const std::map<std::string, std::string> kInterpreters = {
         {"python", "python3 -c"}, {"sh", "sh -c"}, {"bash", "bash -c"}, {"node", "node -e"}};
