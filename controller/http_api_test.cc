@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/join_auth.h"
+#include "util/testing/spoiled_json.h"
 
 namespace moat::controller {
 namespace {
@@ -429,60 +430,6 @@ TEST_F(HttpApiTest, MetricsShowAllocatableAndAllocatedPerResource) {
   EXPECT_THAT(body, HasSubstr("moat_controller_allocated{resource=\"memory\"} 1073741824"));
 }
 
-// Every way to spoil one value of `valid`: each member or element (at any depth) dropped, or
-// replaced by a value of each JSON kind, plus an unknown member and a deep nest at the top.
-std::vector<json> Spoiled(const json& valid) {
-  const std::vector<json> kinds = {nullptr,
-                                   true,
-                                   -1,
-                                   0,
-                                   1e308,
-                                   18446744073709551615ULL,
-                                   -9223372036854775807LL - 1,
-                                   "",
-                                   std::string(5000, 'x'),
-                                   "a\nb\u0001\"",
-                                   "1e9999",
-                                   json::array(),
-                                   json::array({1, "a", nullptr}),
-                                   json::object(),
-                                   json::object({{"", nullptr}})};
-  std::vector<json> out;
-  std::vector<json::json_pointer> pointers;
-  std::function<void(const json&, const json::json_pointer&)> walk =
-      [&](const json& node, const json::json_pointer& at) {
-        if (!at.empty()) pointers.push_back(at);
-        if (node.is_object()) {
-          for (const auto& [k, v] : node.items()) walk(v, at / k);
-        } else if (node.is_array()) {
-          for (size_t i = 0; i < node.size(); ++i) walk(node[i], at / i);
-        }
-      };
-  walk(valid, json::json_pointer());
-  for (const json::json_pointer& at : pointers) {
-    json dropped = valid;
-    json& parent = dropped[at.parent_pointer()];
-    if (parent.is_object()) parent.erase(at.back());
-    if (parent.is_array()) parent.erase(std::stoul(at.back()));
-    out.push_back(std::move(dropped));
-    for (const json& kind : kinds) {
-      json replaced = valid;
-      replaced[at] = kind;
-      out.push_back(std::move(replaced));
-    }
-  }
-  json unknown = valid;
-  unknown["surprise"] = 1;
-  out.push_back(unknown);
-  json deep = 1;
-  for (int i = 0; i < 200; ++i) deep = json::array({deep});
-  json nested = valid;
-  nested["deep"] = deep;
-  out.push_back(nested);
-  for (json top : {json(nullptr), json(1), json("x"), json::array({valid})}) out.push_back(top);
-  return out;
-}
-
 // Issue 12 point 8: nothing a client sends crashes the controller. Each route's valid body,
 // spoiled every way above: the controller always answers, never with a 5xx (a handler that threw
 // would answer 500), and every refusal is a flat {code, message}.
@@ -555,7 +502,7 @@ TEST_F(HttpApiTest, SpoiledBodiesGetA4xxNeverA5xx) {
   };
   int requests = 0;
   for (const Route& route : routes) {
-    for (const json& body : Spoiled(route.valid)) {
+    for (const json& body : moat::testing::Spoiled(route.valid)) {
       const std::string text = body.dump();
       httplib::Result res =
           route.method == "PATCH"
