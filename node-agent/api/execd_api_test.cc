@@ -22,6 +22,7 @@
 #include "node-agent/api/http_api.h"
 #include "node-agent/backend/fake_backend.h"
 #include "node-agent/testing/expect_error.h"
+#include "util/testing/spoiled_json.h"
 
 namespace moat::agent {
 namespace {
@@ -887,6 +888,64 @@ TEST_F(ExecdApiTest, StoppingTheServerEndsStreamsButNotCommands) {
   // Stop did not wait for the command: it still runs (the fake ends it at destruction).
   EXPECT_EQ(backend_.running_processes(), 1);
   runner.join();
+}
+
+// Nothing a client sends crashes the agent: each route's valid body spoiled every way
+// (util/testing/spoiled_json.h) gets an answer below 500, and a refusal is a flat
+// {code, message}. Node API and execd API alike.
+TEST_F(ExecdApiTest, SpoiledBodiesGetA4xxNeverA5xx) {
+  ASSERT_EQ(Upload("/workspace/a.txt", "x"), 200);
+  const httplib::Headers node = {{"Authorization", std::string("Bearer ") + kNodeToken}};
+  struct Route {
+    std::string path;  // Under the sandbox's execd prefix, or absolute for the node API.
+    json valid;
+    bool node_api = false;
+  };
+  const std::vector<Route> routes = {
+      {"/command",
+       {{"command", "echo x"},
+        {"cwd", "/workspace"},
+        {"background", false},
+        {"timeout", 5000},
+        {"cpu_timeout", 5000},
+        {"envs", {{"A", "b"}}},
+        {"uid", 0},
+        {"gid", 0}}},
+      {"/session", {{"cwd", "/workspace"}}},  // The fake's root has no bash: a 409 when valid.
+      {"/files/mv", json::array({{{"src", "/workspace/a.txt"}, {"dest", "/workspace/b.txt"}}})},
+      {"/files/permissions",
+       {{"/workspace/a.txt", {{"mode", 644}, {"owner", "root"}, {"group", "root"}}}}},
+      {"/files/replace", {{"/workspace/a.txt", {{"old", "x"}, {"new", "y"}}}}},
+      {"/directories", {{"/workspace/d", {{"mode", 755}}}}},
+      {"/v1/sandboxes",
+       {{"profile", "default"},
+        {"ttl_seconds", 60},
+        {"env", {{"A", "b"}}},
+        {"metadata", {{"k", "v"}}},
+        {"limits",
+         {{"cpus", 1}, {"memory_bytes", 1 << 20}, {"pids", 10}, {"workspace_bytes", 1 << 20}}}},
+       true},
+      {"/v1/sandboxes/" + id_ + "/renew", {{"ttl_seconds", 60}}, true},
+  };
+  int requests = 0;
+  for (const Route& route : routes) {
+    for (const json& body : moat::testing::Spoiled(route.valid)) {
+      const std::string text = body.dump();
+      httplib::Result res = client_->Post(route.node_api ? route.path : prefix_ + route.path,
+                                          route.node_api ? node : Auth(), text, "application/json");
+      ++requests;
+      ASSERT_TRUE(res) << route.path << " gave no answer to " << text.substr(0, 300);
+      EXPECT_LT(res->status, 500) << route.path << " " << text.substr(0, 300) << " -> "
+                                  << res->body.substr(0, 300);
+      if (res->status >= 400) {
+        json error = json::parse(res->body, nullptr, false);
+        EXPECT_TRUE(error.is_object() && error.contains("code") && error.contains("message"))
+            << route.path << " " << text.substr(0, 300) << " -> " << res->body.substr(0, 300);
+      }
+    }
+  }
+  EXPECT_GT(requests, 300);
+  EXPECT_EQ(client_->Get("/health", node)->status, 200);
 }
 
 }  // namespace
