@@ -94,6 +94,17 @@ def secret_file(path, text):
     return str(path)
 
 
+def start_daemon(daemon, binary, config):
+    """Writes the daemon's YAML config into its directory and starts it there, its stderr in a
+    log beside the config; sets daemon.log, daemon.proc and daemon.url (its loopback port)."""
+    name = binary.name.removeprefix("moat-")
+    (daemon.dir / f"{name}.yaml").write_text(yaml.safe_dump(config))
+    daemon.log = open(daemon.dir / f"{name}.log", "w")
+    daemon.proc = subprocess.Popen([str(binary), "--config", str(daemon.dir / f"{name}.yaml")],
+                                   stdout=subprocess.DEVNULL, stderr=daemon.log)
+    daemon.url = f"http://127.0.0.1:{daemon.port}"
+
+
 class Controller:
     """A real moat-controller on the controller.yaml the chart renders (paths and the listen
     address changed for this machine)."""
@@ -113,12 +124,7 @@ class Controller:
                       state_dir=str(self.dir / "state"), join_token_file=self.join_token,
                       api_keys_file=secret_file(self.dir / "api-keys", f"live {self.key}\n"),
                       admin_key_file=secret_file(self.dir / "admin.key", self.admin_key + "\n"))
-        (self.dir / "controller.yaml").write_text(yaml.safe_dump(config))
-        self.log = open(self.dir / "controller.log", "w")
-        self.proc = subprocess.Popen([str(bin_dir / "moat-controller"), "--config",
-                                      str(self.dir / "controller.yaml")],
-                                     stdout=subprocess.DEVNULL, stderr=self.log)
-        self.url = f"http://127.0.0.1:{self.port}"
+        start_daemon(self, bin_dir / "moat-controller", config)
         self.name = "controller"
 
     def api(self, method, path, body=None, timeout=60, key=None):
@@ -166,12 +172,7 @@ class Agent:
                                         join_token_file=controller.join_token, node_name=name,
                                         advertise_url=f"http://127.0.0.1:{self.port}")
         (self.dir / "state").mkdir(mode=0o700)
-        (self.dir / "agent.yaml").write_text(yaml.safe_dump(config))
-        self.log = open(self.dir / "agent.log", "w")
-        self.proc = subprocess.Popen([str(bin_dir / "moat-agent"), "--config",
-                                      str(self.dir / "agent.yaml")],
-                                     stdout=subprocess.DEVNULL, stderr=self.log)
-        self.url = f"http://127.0.0.1:{self.port}"
+        start_daemon(self, bin_dir / "moat-agent", config)
 
     def wait_healthy(self):
         for _ in range(200):
