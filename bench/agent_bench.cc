@@ -1,7 +1,8 @@
 // agent_bench: moat-agent through its HTTP API against crun doing the same work, in one run
 // (issue 4, "Speed"): a command on a warm sandbox (p50, p99), a cold sandbox start, commands per
-// second with 2 clients, and memory per idle warm sandbox. bench/agent.sh starts the agent and
-// prepares crun's bundle; `agent_bench --help` lists the flags.
+// second with 2 clients, memory per idle warm sandbox, and 10 MiB of output in 64-byte lines
+// streamed to the client (issue 11: the per-line events must not slow a large output).
+// bench/agent.sh starts the agent and prepares crun's bundle; `agent_bench --help` lists the flags.
 //
 // Order matters: TimedRun into crun's mount namespace needs a single-threaded process, so every
 // crun measurement comes first (the 2-client crun case runs in forked children); the moat cases
@@ -54,6 +55,7 @@ floor and ceiling = --pool) and makes crun's bundle.
   --commands=N        warm /bin/true commands per runner (default 2000)
   --cold=N            cold starts per runner (default 30)
   --seconds=S         length of the 2-client throughput run per runner (default 5)
+  --streams=N         10 MiB outputs streamed per runner (default 5)
   --pool=K            warm pool depth to wait for and idle sandboxes to measure (default 20)
   --crun=PATH|none    crun (default: crun from PATH)
   --crun-bundle=DIR   OCI bundle for crun: DIR/config.json and an empty DIR/rootfs
@@ -67,6 +69,7 @@ struct Flags {
   int commands = 2000;
   int cold = 30;
   int seconds = 5;
+  int streams = 5;
   int pool = 20;
   std::string crun;
   std::string crun_bundle;
@@ -103,6 +106,8 @@ std::optional<Flags> ParseFlags(int argc, char** argv) {
       ok = ParseInt(name, value, 1, &f.cold);
     } else if (name == "--seconds") {
       ok = ParseInt(name, value, 1, &f.seconds);
+    } else if (name == "--streams") {
+      ok = ParseInt(name, value, 1, &f.streams);
     } else if (name == "--pool") {
       ok = ParseInt(name, value, 1, &f.pool);
     } else if (name == "--token-file") {
@@ -159,6 +164,11 @@ Latency Summarise(std::vector<absl::Duration> samples, int failed, std::string f
   out.p99 = NearestRankPercentile(samples, 99);
   return out;
 }
+
+// 10 MiB on stdout in lines of 64 bytes (163840 of them), the same command for both runners.
+constexpr uint64_t kStreamBytes = 10 << 20;
+constexpr char kStreamCommand[] =
+    "yes 012345678901234567890123456789012345678901234567890123456789abc | head -c 10485760";
 
 struct Throughput {
   int64_t commands = 0;
@@ -318,6 +328,26 @@ Latency CrunColdLatency(const Crun& crun, int n) {
   return Summarise(std::move(samples), failed, failure);
 }
 
+// `crun exec` of kStreamCommand, its output written straight into a memory file (TimedRun): what
+// producing it costs, with no reader (moat's figure adds the cleaning and the SSE stream to a
+// client that reads it all).
+Latency CrunStream(const Crun& crun, const std::string& id, int n) {
+  std::vector<absl::Duration> samples;
+  int failed = 0;
+  std::string failure;
+  for (int i = -1; i < n; ++i) {  // 1 untimed first
+    absl::StatusOr<RunOutcome> out = crun.Run({"exec", id, "/bin/sh", "-c", kStreamCommand});
+    if (!Ok(out) || out->output_bytes != kStreamBytes) {
+      if (failed++ == 0) {
+        failure = Ok(out) ? absl::StrCat("wrote ", out->output_bytes, " bytes") : FailureOf(out);
+      }
+      continue;
+    }
+    if (i >= 0) samples.push_back(out->elapsed);
+  }
+  return Summarise(std::move(samples), failed, failure);
+}
+
 // Two forked children, each running `crun exec` on its own container back to back for
 // `seconds`; each reports its count and failures through a pipe.
 Throughput CrunThroughput(const Crun& crun, const std::vector<std::string>& ids, int seconds) {
@@ -406,7 +436,7 @@ Memory CrunMemory(const Crun& crun, const MemoryCgroupMount& mount, int k) {
 
 struct CrunResults {
   std::string skipped;
-  Latency warm, cold;
+  Latency warm, cold, stream;
   Throughput throughput;
   Memory memory;
 };
@@ -454,6 +484,8 @@ CrunResults MeasureCrun(Crun& crun, const Flags& flags, const MemoryCgroupMount&
   r.cold = CrunColdLatency(crun, flags.cold);
   std::fprintf(stderr, "agent_bench: crun: 2 clients for %d s\n", flags.seconds);
   r.throughput = CrunThroughput(crun, sleepers, flags.seconds);
+  std::fprintf(stderr, "agent_bench: crun: %d outputs of 10 MiB\n", flags.streams);
+  r.stream = CrunStream(crun, sleepers[0], flags.streams);
   for (const std::string& id : sleepers) DeleteContainer(crun, id);
   std::fprintf(stderr, "agent_bench: crun: memory of %d idle containers\n", flags.pool);
   r.memory = CrunMemory(crun, mount, flags.pool);
@@ -586,6 +618,53 @@ absl::StatusOr<CommandTimes> RunTrue(httplib::Client& client, const Agent::Sandb
     return absl::InternalError(absl::StrCat("unexpected stream: ", body));
   }
   return CommandTimes{absl::FromChrono(*first - start), absl::FromChrono(end - start)};
+}
+
+// kStreamCommand through execd: the whole SSE stream read; its stdout events must carry every
+// line (163840 events of 64 bytes, the newline removed).
+Latency MoatStream(const Agent& agent, const Agent::Sandbox& sandbox, int n) {
+  httplib::Client client = agent.Connect();
+  client.set_read_timeout(300, 0);
+  std::vector<absl::Duration> samples;
+  int failed = 0;
+  std::string failure;
+  for (int i = -1; i < n; ++i) {  // 1 untimed first
+    httplib::Request req;
+    req.method = "POST";
+    req.path = absl::StrCat("/v1/sandboxes/", sandbox.id, "/execd/command");
+    req.headers = {{"X-EXECD-ACCESS-TOKEN", sandbox.token}, {"Content-Type", "application/json"}};
+    req.body = nlohmann::json{{"command", kStreamCommand}}.dump();
+    uint64_t stdout_events = 0, received = 0;
+    std::string pending;
+    req.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
+      received += size;
+      pending.append(data, size);
+      size_t at = 0, end;
+      while ((end = pending.find('\n', at)) != std::string::npos) {
+        const absl::string_view line = absl::string_view(pending).substr(at, end - at);
+        if (absl::StartsWith(line, "data: ") && absl::StrContains(line, "\"type\":\"stdout\"")) {
+          ++stdout_events;
+        }
+        at = end + 1;
+      }
+      pending.erase(0, at);
+      return true;
+    };
+    const Clock::time_point start = Clock::now();
+    httplib::Result res = client.send(req);
+    const absl::Duration elapsed = Since(start);
+    const uint64_t lines = kStreamBytes / 64;
+    if (!res || res->status != 200 || stdout_events != lines) {
+      if (failed++ == 0) {
+        failure = !res ? httplib::to_string(res.error())
+                       : absl::StrCat(res->status, ": ", stdout_events, " stdout events of ", lines,
+                                      " lines, ", received, " bytes of stream");
+      }
+      continue;
+    }
+    if (i >= 0) samples.push_back(elapsed);
+  }
+  return Summarise(std::move(samples), failed, failure);
 }
 
 // The end-of-stream latency; `first_event` gets the latency of the stream's first bytes.
@@ -722,7 +801,7 @@ Memory MoatMemory(const MemoryCgroupMount& mount, pid_t agent_pid) {
 }
 
 struct MoatResults {
-  Latency warm, warm_first_event, cold;
+  Latency warm, warm_first_event, cold, stream;
   Throughput throughput;
   Memory memory;
   uint64_t agent_pss = 0;
@@ -749,6 +828,8 @@ absl::StatusOr<MoatResults> MeasureMoat(Agent& agent, const MemoryCgroupMount& m
   r.cold = MoatColdLatency(agent, flags.cold);
   std::fprintf(stderr, "agent_bench: moat: 2 clients for %d s\n", flags.seconds);
   r.throughput = MoatThroughput(agent, {*a, *b}, flags.seconds);
+  std::fprintf(stderr, "agent_bench: moat: %d outputs of 10 MiB\n", flags.streams);
+  r.stream = MoatStream(agent, *a, flags.streams);
   for (const Agent::Sandbox* s : {&*a, &*b}) {
     if (absl::Status deleted = agent.Delete(s->id); !deleted.ok()) return deleted;
   }
@@ -814,13 +895,20 @@ void Report(const Flags& flags, const Crun& crun, const CrunResults& c, const Mo
   auto lat = [&](const char* what, const Latency& ml, const Latency& cl) {
     auto cell = [](const Latency& l, absl::Duration d) { return l.runs ? Ms(d) : "-"; };
     Row(absl::StrCat(what, " p50 ms"), cell(ml, ml.p50), cell(cl, cl.p50),
-        cl.runs ? Ratio(absl::ToDoubleSeconds(ml.p50), absl::ToDoubleSeconds(cl.p50)) : "-");
+        ml.runs && cl.runs ? Ratio(absl::ToDoubleSeconds(ml.p50), absl::ToDoubleSeconds(cl.p50))
+                           : "-");
     Row(absl::StrCat(what, " p99 ms"), cell(ml, ml.p99), cell(cl, cl.p99),
-        cl.runs ? Ratio(absl::ToDoubleSeconds(ml.p99), absl::ToDoubleSeconds(cl.p99)) : "-");
+        ml.runs && cl.runs ? Ratio(absl::ToDoubleSeconds(ml.p99), absl::ToDoubleSeconds(cl.p99))
+                           : "-");
   };
   lat("warm /bin/true", m.warm, c.warm);
   lat("  of which to the first event", m.warm_first_event, Latency{});
   lat("cold start", m.cold, c.cold);
+  lat("10 MiB output (64 B lines)", m.stream, c.stream);
+  auto mib_s = [](const Latency& l) {
+    return l.runs ? absl::StrFormat("%.0f", 10 / absl::ToDoubleSeconds(l.p50)) : "-";
+  };
+  Row("  MiB/s at p50", mib_s(m.stream), mib_s(c.stream), "");
   Row("commands/s, 2 clients", absl::StrFormat("%.0f", m.throughput.PerSecond()),
       c.skipped.empty() ? absl::StrFormat("%.0f", c.throughput.PerSecond()) : "-",
       c.skipped.empty() ? Ratio(m.throughput.PerSecond(), c.throughput.PerSecond()) : "-");
@@ -831,11 +919,14 @@ void Report(const Flags& flags, const Crun& crun, const CrunResults& c, const Mo
       crun_mem > 0 && m.memory.error.empty() ? Ratio(moat_mem, crun_mem) : "-");
 
   std::printf(
-      "\nfailures: moat warm %d, cold %d, 2-client %d; crun warm %d, cold %d, 2-client %d\n",
-      m.warm.failed, m.cold.failed, m.throughput.failed, c.warm.failed, c.cold.failed,
-      c.throughput.failed);
-  for (const auto& [who, l] : {std::pair{"moat warm", &m.warm}, std::pair{"moat cold", &m.cold},
-                               std::pair{"crun warm", &c.warm}, std::pair{"crun cold", &c.cold}}) {
+      "\nfailures: moat warm %d, cold %d, 2-client %d, 10 MiB %d; crun warm %d, cold %d, "
+      "2-client %d, 10 MiB %d\n",
+      m.warm.failed, m.cold.failed, m.throughput.failed, m.stream.failed, c.warm.failed,
+      c.cold.failed, c.throughput.failed, c.stream.failed);
+  for (const auto& [who, l] :
+       {std::pair{"moat warm", &m.warm}, std::pair{"moat cold", &m.cold},
+        std::pair{"moat 10 MiB", &m.stream}, std::pair{"crun warm", &c.warm},
+        std::pair{"crun cold", &c.cold}, std::pair{"crun 10 MiB", &c.stream}}) {
     if (l->failed) std::printf("  first %s failure: %s\n", who, l->failure.c_str());
   }
   std::printf(

@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <spawn.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -138,6 +139,8 @@ absl::StatusOr<RunOutcome> TimedRun(const RunSpec& spec) {
   }
   outcome.elapsed = absl::FromChrono(end - start);
   outcome.output = ReadAll(output.get());
+  struct stat st {};
+  if (::fstat(output.get(), &st) == 0) outcome.output_bytes = static_cast<uint64_t>(st.st_size);
   return outcome;
 }
 

@@ -20,9 +20,10 @@ struct RunSpec {
 };
 
 struct RunOutcome {
-  absl::Duration elapsed;  // from just before posix_spawn to waitpid's return
-  int wait_status = 0;     // as from waitpid
-  std::string output;      // stdout and stderr, interleaved; the first 64 KiB
+  absl::Duration elapsed;     // from just before posix_spawn to waitpid's return
+  int wait_status = 0;        // as from waitpid
+  std::string output;         // stdout and stderr, interleaved; the first 64 KiB
+  uint64_t output_bytes = 0;  // how many bytes they wrote in all
 };
 
 // Runs `spec` to completion with stdin on /dev/null and stdout and stderr in a memory file (no

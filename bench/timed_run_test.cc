@@ -61,6 +61,14 @@ TEST(TimedRunTest, CapturesStdoutAndStderrAndGivesNoStdin) {
   absl::StatusOr<RunOutcome> out = TimedRun(Shell("echo out; echo err >&2; cat; echo end"));
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->output, "out\nerr\nend\n");
+  EXPECT_EQ(out->output_bytes, 12u);
+}
+
+TEST(TimedRunTest, KeepsTheFirst64KiBButCountsAll) {
+  absl::StatusOr<RunOutcome> out = TimedRun(Shell("head -c 100000 /dev/zero"));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->output.size(), 64u * 1024);
+  EXPECT_EQ(out->output_bytes, 100000u);
 }
 
 TEST(TimedRunTest, UsesExactlyTheGivenEnvironment) {
