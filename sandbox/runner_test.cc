@@ -299,9 +299,10 @@ int EgressListenersOpen() {
         sa.sin_family != AF_INET) {
       continue;
     }
-    for (const egress::ListenerSpec& spec : egress::EgressSession::Listeners()) {
-      if (ntohs(sa.sin_port) == spec.port) ++n;
-    }
+    const std::vector<egress::ListenerSpec>& specs = egress::EgressSession::Listeners();
+    n += std::any_of(specs.begin(), specs.end(), [&](const egress::ListenerSpec& spec) {
+      return ntohs(sa.sin_port) == spec.port;
+    });
   }
   return n;
 }
