@@ -1,6 +1,8 @@
 #include "sandbox/contain.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -68,6 +70,39 @@ void InstallSeccompOrExit(const ContainPlan& p, int err) {
     }
     ::close(listener);
   }
+}
+
+// Makes the plan's sockets in this (the sandbox's) network namespace, sends them to the
+// supervisor in one message and closes them here: nothing of them stays for the command. Exits
+// 125 with a report if any step fails.
+void SendSocketsOrExit(const ContainPlan& p, int err) {
+  constexpr char kStep[] = "egress: make a listener in the sandbox's network namespace";
+  const int n = static_cast<int>(p.sockets.size());
+  if (n > kMaxPassedFds) {
+    ReportChildFailure(err, kStep, "more sockets than one message carries", E2BIG);
+    ::_exit(125);
+  }
+  int fds[kMaxPassedFds];
+  for (int i = 0; i < n; ++i) {
+    const ChildSocket& s = p.sockets[i];
+    fds[i] = ::socket(AF_INET, s.type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    struct sockaddr_in sa = {};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(s.port);
+    sa.sin_addr.s_addr = htonl(s.ipv4);
+    const int one = 1;
+    if (fds[i] < 0 || ::setsockopt(fds[i], SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        ::bind(fds[i], reinterpret_cast<const struct sockaddr*>(&sa), sizeof(sa)) != 0 ||
+        (s.type == SOCK_STREAM && ::listen(fds[i], 128) != 0)) {
+      ReportChildFailure(err, kStep, s.label.c_str(), errno);
+      ::_exit(125);
+    }
+  }
+  if (n > 0 && !SendFds(p.sync_fd, fds, n, kSocketsTag)) {
+    ReportChildFailure(err, "egress: hand the listeners to the supervisor", nullptr, errno);
+    ::_exit(125);
+  }
+  for (int i = 0; i < n; ++i) ::close(fds[i]);
 }
 
 // Replaces init's image (a copy of the whole supervisor) with the small moat-init program, its
@@ -153,6 +188,7 @@ void ContainAndRun(const ContainPlan& p) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   // 2. net: only loopback.
   if (!p.loopback_ready && !BringUpLoopback(err)) ::_exit(125);
+  SendSocketsOrExit(p, err);
   // 3. uts.
   if (::sethostname(p.hostname.data(), p.hostname.size()) != 0 ||
       ::setdomainname(p.hostname.data(), p.hostname.size()) != 0) {

@@ -6,7 +6,9 @@
 //   ----------                          ---------------------            ---------------
 //   clone3 ───────────────────────────▶ wait for 'M'
 //   write uid_map/gid_map, send 'M' ──▶ become root of the user ns
-//   attach cgroup (v1: ~6 ms) ┐         loopback up, hostname
+//   attach cgroup (v1: ~6 ms) ┐         loopback up, (plan.sockets: make
+//   (receive the sockets ◀────┼──────── them, send them, close them),
+//                             │         hostname
 //                             │         mounts (MountPlan), pivot_root
 //   send 'C' ◀────────────────┘ ──────▶ wait for 'C'; unshare cgroup ns
 //                                       drop capabilities, no_new_privs
@@ -22,6 +24,7 @@
 
 #include <linux/filter.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -37,6 +40,20 @@ inline constexpr char kSyncIdsMapped = 'M';
 inline constexpr char kSyncInCgroup = 'C';
 // Tag of the message that carries the seccomp listener from the command to the supervisor.
 inline constexpr char kListenerTag = 'L';
+// Tag of the message that carries the plan's sockets from init to the supervisor.
+inline constexpr char kSocketsTag = 'N';
+
+// A socket init makes in the sandbox's network namespace, once its loopback is up, for the
+// supervisor: bound to `ipv4`:`port` (TCP: listening), close-on-exec and non-blocking. For a
+// supervisor that may not enter the namespace itself (an ordinary user's: setns needs
+// CAP_SYS_ADMIN over the namespace's owner, the sandbox's user namespace, and init is out of its
+// reach; the egress listeners, sandbox_egress.h). Init holds them only until they are sent.
+struct ChildSocket {
+  int type = 0;       // SOCK_STREAM (listening) or SOCK_DGRAM
+  uint32_t ipv4 = 0;  // host byte order
+  uint16_t port = 0;
+  std::string label;  // for a failure's report, e.g. "127.0.0.1:53 (udp)"
+};
 
 // Prepared data for one sandbox. Owned by the supervisor; the child reads its copy.
 struct ContainPlan {
@@ -46,6 +63,10 @@ struct ContainPlan {
   int last_cap = 40;
   std::string hostname = "moat";
   bool loopback_ready = false;  // born in a prepared network namespace whose lo is up
+  // Made by init and sent, in this order and in one message, on sync_fd (at most
+  // kMaxPassedFds, util/fd_passing.h). Init must own its network namespace (clone3 made it): a
+  // prepared one belongs to the host's user namespace, where init may not bind ports below 1024.
+  std::vector<ChildSocket> sockets;
 
   // The command. `argv`/`envp` point into the storage vectors and end with nullptr.
   std::vector<std::string> argv_storage;

@@ -32,7 +32,8 @@ absl::StatusOr<std::unique_ptr<PreparedSandbox>> PrepareSandbox(const HostSetup&
   std::unique_ptr<egress::EgressSession> egress;
   if (inputs.egress) {
     ASSIGN_OR_RETURN(egress, egress::EgressSession::Create(*inputs.egress));
-    ASSIGN_OR_RETURN(std::string resolv_conf, egress::EgressSession::ResolvConf());
+    ASSIGN_OR_RETURN(std::string resolv_conf,
+                     egress::EgressSession::ResolvConf(inputs.egress->runtime_dir));
     mount_options.file_overlays.emplace_back(resolv_conf, "/etc/resolv.conf");
   }
   ASSIGN_OR_RETURN(MountPlan mounts, MountPlan::Build(mount_options));
@@ -46,6 +47,13 @@ absl::StatusOr<std::unique_ptr<PreparedSandbox>> PrepareSandbox(const HostSetup&
   plan.last_cap = host.last_cap();
   plan.seccomp = inputs.seccomp->fprog();
   plan.seccomp_listener = inputs.seccomp->notifies();
+  if (prepared->egress && inputs.egress->rootless) {
+    // Rootless: init makes the listeners in its own network namespace (contain.h).
+    for (const egress::ListenerSpec& spec : egress::EgressSession::Listeners()) {
+      plan.sockets.push_back(
+          {.type = spec.type, .ipv4 = 0x7f000001, .port = spec.port, .label = spec.label});
+    }
+  }
 
   prepared->env = DefaultSandboxEnv();
   std::vector<std::pair<std::string, std::string>> layered;

@@ -181,7 +181,11 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   const absl::Time seccomp_ready = absl::Now();
   // 3. Egress, mounts and the child's plan (prepare.h), shared with the agent.
   std::optional<egress::EgressOptions> egress_options = request.egress;
-  if (egress_options) egress_options->sandbox_id = name;
+  if (egress_options) {
+    egress_options->sandbox_id = name;
+    // Rootless: the sandbox's init makes the listeners, in a network namespace of its own.
+    egress_options->rootless = egress_options->rootless || rootless_forms_;
+  }
   MountOptions mount_options = request.mounts;
   mount_options.open_in_child = mount_options.open_in_child || rootless_forms_;
   ASSIGN_OR_RETURN(std::unique_ptr<PreparedSandbox> prepared,
@@ -203,7 +207,9 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
   //    the same sandbox.
   absl::StatusOr<PreparedNetwork> net = network->Take();
   const absl::Time network_ready = absl::Now();
-  const bool prepared_net = net.ok() && prepared->mounts.UseDetachedSysfs(net->sysfs.get());
+  //    Init making sockets must own its namespace (contain.h): a prepared one is not its own.
+  const bool prepared_net =
+      net.ok() && plan.sockets.empty() && prepared->mounts.UseDetachedSysfs(net->sysfs.get());
   plan.loopback_ready = prepared_net;
   // 5. The child.
   SpawnOptions spawn;
@@ -214,7 +220,10 @@ absl::StatusOr<RunResult> Runner::Run(const RunRequest& request) {
     // In its cgroup (whose attach waits for RCU grace periods, which a busy CPU would delay):
     // the next run's network namespace can be made now, beside this one's mount work.
     network->AllowRefill();
-    return egress ? egress->Attach(pidfd) : absl::OkStatus();
+    return egress && plan.sockets.empty() ? egress->Attach(pidfd) : absl::OkStatus();
+  };
+  spawn.take_sockets = [&](std::vector<UniqueFd> sockets) {
+    return egress->AttachListeners(std::move(sockets));
   };
   if (prepared_net) spawn.netns_fd = net->netns.get();
   ASSIGN_OR_RETURN(SandboxProcess proc, SpawnSandbox(plan, spawn));

@@ -1,14 +1,18 @@
 // Library-level tests of Runner: real sandboxes, so they need root (CI runs as root).
 #include "sandbox/runner.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -17,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "sandbox/host_view.h"
+#include "sandbox/testing/loopback_origin.h"
 
 namespace moat::sandbox {
 namespace {
@@ -24,7 +29,7 @@ namespace {
 using ::testing::HasSubstr;
 
 class RunnerTest : public ::testing::Test {
- protected:
+ public:
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "real sandboxes need root (cgroups)";
     absl::StatusOr<std::unique_ptr<Runner>> runner = Runner::Create();
@@ -203,64 +208,28 @@ TEST_F(RunnerTest, WorksFromAMultiThreadedSupervisor) {
   for (std::thread& t : busy) t.join();
 }
 
-// A writable host directory owned by host root (not the sandbox's uid) is idmapped: the sandbox
-// can write, files land owned by the directory's owner, and protected paths that did not exist
-// (.vscode and .git/config under a writable root) cannot be made: refused at the moment the
-// sandbox tries, and reported.
-TEST_F(RunnerTest, WritableHostPathIsIdmappedAndProtectedPathsCannotBeMade) {
-  char tmpl[] = "/tmp/moat-runner-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  std::string dir = tmpl;
-  ASSERT_EQ(::mkdir((dir + "/.git").c_str(), 0755), 0);
-  RunRequest req = Request({"/bin/sh", "-c",
-                            "cd " + dir +
-                                " && echo data > out.txt; mkdir .vscode; "
-                                "echo y > .git/config; ls -A .git; test -e .vscode || echo done"});
-  Policy policy;
-  policy.allow_write = {dir};
-  policy.deny_write = {dir + "/.vscode", dir + "/.git/config"};
-  HostContext host;
-  host.home = "/nonexistent-home";
-  absl::StatusOr<MountOptions> mounts = MountOptionsFor(policy, host, std::nullopt);
-  ASSERT_TRUE(mounts.ok()) << mounts.status();
-  req.mounts = *mounts;
-  absl::StatusOr<RunResult> r = runner_->Run(req);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->stdout_text.text, "done\n") << r->stderr_text.text;
-  EXPECT_THAT(r->stderr_text.text, HasSubstr("Read-only file system"));
-  struct stat st;
-  ASSERT_EQ(::stat((dir + "/out.txt").c_str(), &st), 0);
-  EXPECT_EQ(st.st_uid, 0u);  // stored as the directory's owner, through the idmap
-  EXPECT_NE(::lstat((dir + "/.vscode").c_str(), &st), 0);
-  EXPECT_NE(::lstat((dir + "/.git/config").c_str(), &st), 0);
-  int reported = 0;
-  for (const Violation& v : r->violations) {
-    if (v.kind == "filesystem" && absl::StrContains(v.detail, "refused to create")) ++reported;
-  }
-  EXPECT_EQ(reported, 2);
-  std::system(("rm -rf '" + dir + "'").c_str());
-}
+// A project in a writable host directory (owned by `owner`, with a .git) whose command writes
+// its work and tries to make two protected names (.vscode, .git/config): what the run and the
+// directory show. Checks what both forms share: the work lands, the names are refused at the
+// moment the sandbox tries, and both refusals are reported.
+struct ProjectRun {
+  std::string dir;
+  uid_t out_owner = static_cast<uid_t>(-1);  // the owner of the work file on the host
+};
 
-// The forms an ordinary user's run takes, as root: the child clones the writable host path
-// itself (under /tmp, which its staging tmpfs covers later), and the creation guard is a process
-// in the sandbox's user namespace. Writes land (not idmapped: the directory is the sandbox's
-// host uid's), protected names are refused at creation and reported over the guard's socket.
-TEST_F(RunnerTest, RootlessFormsBindHostPathsInTheChildAndGuardFromItsUserNamespace) {
-  RunnerOptions options;
-  options.rootless_forms = true;
-  options.netns_pool_dir = "";
-  absl::StatusOr<std::unique_ptr<Runner>> rootless = Runner::Create(options);
-  ASSERT_TRUE(rootless.ok()) << rootless.status();
+void RunProtectedProject(RunnerTest* test, Runner& runner, uid_t owner, ProjectRun* out) {
   char tmpl[] = "/tmp/moat-runner-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  std::string dir = tmpl;
+  out->dir = tmpl;
+  const std::string& dir = out->dir;
   ASSERT_EQ(::mkdir((dir + "/.git").c_str(), 0755), 0);
-  ASSERT_EQ(::chown(dir.c_str(), 65534, 65534), 0);
-  ASSERT_EQ(::chown((dir + "/.git").c_str(), 65534, 65534), 0);
-  RunRequest req = Request({"/bin/sh", "-c",
-                            "cd " + dir +
-                                " && echo data > out.txt && mkdir sub && : > sub/f; mkdir .vscode; "
-                                "echo y > .git/config; ls -A .git; test -e .vscode || echo done"});
+  ASSERT_EQ(::chown(dir.c_str(), owner, owner), 0);
+  ASSERT_EQ(::chown((dir + "/.git").c_str(), owner, owner), 0);
+  RunRequest req =
+      test->Request({"/bin/sh", "-c",
+                     "cd " + dir +
+                         " && echo data > out.txt && mkdir sub && : > sub/f; mkdir .vscode; "
+                         "echo y > .git/config; ls -A .git; test -e .vscode || echo done"});
   Policy policy;
   policy.allow_write = {dir};
   policy.deny_write = {dir + "/.vscode", dir + "/.git/config"};
@@ -269,13 +238,13 @@ TEST_F(RunnerTest, RootlessFormsBindHostPathsInTheChildAndGuardFromItsUserNamesp
   absl::StatusOr<MountOptions> mounts = MountOptionsFor(policy, host, std::nullopt);
   ASSERT_TRUE(mounts.ok()) << mounts.status();
   req.mounts = *mounts;
-  absl::StatusOr<RunResult> r = (*rootless)->Run(req);
+  absl::StatusOr<RunResult> r = runner.Run(req);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->stdout_text.text, "done\n") << r->stderr_text.text;
   EXPECT_THAT(r->stderr_text.text, HasSubstr("Read-only file system"));
   struct stat st;
   ASSERT_EQ(::stat((dir + "/out.txt").c_str(), &st), 0);
-  EXPECT_EQ(st.st_uid, 65534u);
+  out->out_owner = st.st_uid;
   EXPECT_EQ(::stat((dir + "/sub/f").c_str(), &st), 0);
   EXPECT_NE(::lstat((dir + "/.vscode").c_str(), &st), 0);
   EXPECT_NE(::lstat((dir + "/.git/config").c_str(), &st), 0);
@@ -284,6 +253,128 @@ TEST_F(RunnerTest, RootlessFormsBindHostPathsInTheChildAndGuardFromItsUserNamesp
     if (v.kind == "filesystem" && absl::StrContains(v.detail, "refused to create")) ++reported;
   }
   EXPECT_EQ(reported, 2);
+}
+
+// A writable host directory owned by host root (not the sandbox's uid) is idmapped: the sandbox
+// can write, and files land owned by the directory's owner.
+TEST_F(RunnerTest, WritableHostPathIsIdmappedAndProtectedPathsCannotBeMade) {
+  ProjectRun run;
+  RunProtectedProject(this, *runner_, 0, &run);
+  EXPECT_EQ(run.out_owner, 0u);  // stored as the directory's owner, through the idmap
+  std::system(("rm -rf '" + run.dir + "'").c_str());
+}
+
+// A runner with the forms an ordinary user's run takes, as root.
+std::unique_ptr<Runner> RootlessFormsRunner() {
+  RunnerOptions options;
+  options.rootless_forms = true;
+  options.netns_pool_dir = "";
+  absl::StatusOr<std::unique_ptr<Runner>> rootless = Runner::Create(options);
+  EXPECT_TRUE(rootless.ok()) << rootless.status();
+  return rootless.ok() ? *std::move(rootless) : nullptr;
+}
+
+// The forms an ordinary user's run takes, as root: the child clones the writable host path
+// itself (under /tmp, which its staging tmpfs covers later), and the creation guard is a process
+// in the sandbox's user namespace. Writes land (not idmapped: the directory is the sandbox's
+// host uid's), protected names are refused at creation and reported over the guard's socket.
+TEST_F(RunnerTest, RootlessFormsBindHostPathsInTheChildAndGuardFromItsUserNamespace) {
+  std::unique_ptr<Runner> rootless = RootlessFormsRunner();
+  ASSERT_NE(rootless, nullptr);
+  ProjectRun run;
+  RunProtectedProject(this, *rootless, 65534, &run);
+  EXPECT_EQ(run.out_owner, 65534u);
+  std::system(("rm -rf '" + run.dir + "'").c_str());
+}
+
+// Descriptors of this process that are sockets bound to an egress listener's port.
+int EgressListenersOpen() {
+  int n = 0;
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir("/proc/self/fd"), ::closedir);
+  for (struct dirent* e; d && (e = ::readdir(d.get())) != nullptr;) {
+    const int fd = std::atoi(e->d_name);
+    struct sockaddr_in sa = {};
+    socklen_t len = sizeof(sa);
+    if (fd < 3 || ::getsockname(fd, reinterpret_cast<struct sockaddr*>(&sa), &len) != 0 ||
+        sa.sin_family != AF_INET) {
+      continue;
+    }
+    const std::vector<egress::ListenerSpec>& specs = egress::EgressSession::Listeners();
+    n += std::any_of(specs.begin(), specs.end(), [&](const egress::ListenerSpec& spec) {
+      return ntohs(sa.sin_port) == spec.port;
+    });
+  }
+  return n;
+}
+
+// An ordinary user's egress, as root: the supervisor never enters the sandbox's network
+// namespace; the sandbox's init makes the proxy's and the DNS stub's listeners in it before the
+// command exists and hands them over. The command sees the stub in its resolv.conf (written in
+// the runtime directory given), an allowed request is answered by the origin, a denied one gets
+// 403 and a denied name NXDOMAIN; the audit log and the violations say so, and nothing of the
+// session stays open in the supervisor afterwards.
+TEST_F(RunnerTest, RootlessFormsServeEgressFromListenersTheSandboxMade) {
+  std::unique_ptr<Runner> rootless = RootlessFormsRunner();
+  ASSERT_NE(rootless, nullptr);
+  egress::testing::LoopbackOrigin origin;
+  char tmpl[] = "/tmp/moat-runner-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  // The sandbox's host uid clones the resolv.conf from there, as a user from its runtime dir.
+  ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+  const std::string script = absl::StrCat(
+      "import socket, struct\n"
+      "def http(url, host):\n"
+      "  s = socket.create_connection(('127.0.0.1', 3128), timeout=10)\n"
+      "  s.sendall(('GET %s HTTP/1.1\\r\\nHost: %s\\r\\nConnection: close\\r\\n\\r\\n'"
+      " % (url, host)).encode())\n"
+      "  data = b''\n"
+      "  while True:\n"
+      "    chunk = s.recv(4096)\n"
+      "    if not chunk: break\n"
+      "    data += chunk\n"
+      "  print(data.split(b'\\r\\n')[0].decode(), data.split(b'\\r\\n\\r\\n', 1)[-1].decode())\n"
+      "http('http://127.0.0.1:",
+      origin.port(), "/allowed', '127.0.0.1:", origin.port(), "')\n",
+      "http('http://denied.test/x', 'denied.test')\n"
+      "q = struct.pack('>HHHHHH', 7, 0x0100, 1, 0, 0, 0) + b'\\x06denied\\x04test\\x00' + "
+      "struct.pack('>HH', 1, 1)\n"
+      "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+      "u.settimeout(10)\n"
+      "u.sendto(q, ('127.0.0.1', 53))\n"
+      "print('dns rcode', u.recv(512)[3] & 15)\n"
+      "print([l for l in open('/etc/resolv.conf') if l.startswith('nameserver')])\n");
+  RunRequest req = Request({"/usr/bin/python3", "-c", script});
+  egress::EgressOptions e;
+  e.allowed_domains = {*DomainPattern::Parse("127.0.0.1")};
+  e.allowed_cidrs = {*egress::Cidr::Parse("127.0.0.1/32")};
+  e.dns_servers = {*egress::ParseDnsServer("127.0.0.1:9")};  // never asked: no name is allowed
+  e.audit_log = dir + "/audit.jsonl";
+  e.runtime_dir = dir + "/run";
+  req.egress = e;
+  absl::StatusOr<RunResult> r = rootless->Run(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(EgressListenersOpen(), 0) << "the session left listeners open";
+  EXPECT_THAT(r->stdout_text.text, HasSubstr("HTTP/1.1 200"));
+  EXPECT_THAT(r->stdout_text.text, HasSubstr("hello from the origin: GET /allowed"));
+  EXPECT_THAT(r->stdout_text.text, HasSubstr("HTTP/1.1 403"));
+  EXPECT_THAT(r->stdout_text.text, HasSubstr("dns rcode 3"));
+  EXPECT_THAT(r->stdout_text.text, HasSubstr("['nameserver 127.0.0.1\\n']")) << r->stderr_text.text;
+  bool denial_reported = false;
+  for (const Violation& v : r->violations) {
+    denial_reported |= v.kind == "network" && absl::StrContains(v.detail, "denied.test");
+  }
+  EXPECT_TRUE(denial_reported);
+  std::string audit;
+  {
+    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen((dir + "/audit.jsonl").c_str(), "r"),
+                                            std::fclose);
+    ASSERT_NE(f, nullptr);
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f.get())) > 0;) audit.append(buf, n);
+  }
+  EXPECT_THAT(audit, HasSubstr("\"allowed\":true"));
+  EXPECT_THAT(audit, HasSubstr("\"host\":\"denied.test\""));
   std::system(("rm -rf '" + dir + "'").c_str());
 }
 

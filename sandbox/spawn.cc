@@ -109,6 +109,35 @@ absl::StatusOr<std::optional<ChildFailure>> AwaitStart(int error_fd, absl::Durat
   }
 }
 
+// The plan's sockets, from init: the message it sends once its loopback is up. EOF (init gave
+// up: its report says why) or a timeout is an error.
+absl::StatusOr<std::vector<UniqueFd>> ReceiveSockets(int sync_fd, size_t count,
+                                                     absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    struct pollfd pfd = {sync_fd, POLLIN, 0};
+    int ms = static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now()));
+    if (ms <= 0)
+      return absl::DeadlineExceededError("the sandbox did not send its listeners in time");
+    int r = ::poll(&pfd, 1, ms);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return ErrnoStatus("wait for the sandbox's listeners (poll)");
+    if (r > 0) break;
+  }
+  int fds[kMaxPassedFds];
+  int n;
+  do {
+    n = ReceiveFds(sync_fd, kSocketsTag, fds, kMaxPassedFds, MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return ErrnoStatus("receive the sandbox's listeners");
+  std::vector<UniqueFd> sockets;
+  for (int i = 0; i < n; ++i) sockets.emplace_back(fds[i]);
+  if (sockets.size() != count) {
+    return absl::InternalError(absl::StrCat("the sandbox sent ", n, " listeners, not ", count));
+  }
+  return sockets;
+}
+
 absl::Status SendByte(int sock, char c) {
   if (::send(sock, &c, 1, MSG_NOSIGNAL) != 1) return ErrnoStatus("signal the sandbox");
   return absl::OkStatus();
@@ -217,6 +246,18 @@ absl::StatusOr<SandboxProcess> SpawnSandbox(ContainPlan& plan, const SpawnOption
   }
   if (handshake.ok() && cgroup_fd < 0) handshake = cgroup->AddProcess(proc.pid);
   proc.timeline.emplace_back("in cgroup", absl::Now());
+  if (handshake.ok() && !plan.sockets.empty()) {
+    absl::StatusOr<std::vector<UniqueFd>> sockets =
+        ReceiveSockets(proc.sync.get(), plan.sockets.size(), options.setup_timeout);
+    if (!sockets.ok()) {
+      handshake = sockets.status();
+    } else if (!options.take_sockets) {
+      handshake = absl::InvalidArgumentError("a plan with sockets needs take_sockets");
+    } else {
+      handshake = options.take_sockets(*std::move(sockets));
+    }
+    proc.timeline.emplace_back("listeners from the sandbox", absl::Now());
+  }
   if (handshake.ok() && options.before_start) {
     handshake = options.before_start(proc.pidfd.get());
     proc.timeline.emplace_back("before-start hook", absl::Now());

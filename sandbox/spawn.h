@@ -38,6 +38,9 @@ struct SpawnOptions {
   // Called once the sandbox is in its cgroup and before its command may start, e.g. to bind the
   // egress listeners in its network namespace. An error aborts the start.
   std::function<absl::Status(int pidfd)> before_start;
+  // Given the plan's `sockets` (contain.h), in its order, once init has made them and before
+  // before_start; required when the plan has any. An error aborts the start.
+  std::function<absl::Status(std::vector<UniqueFd> sockets)> take_sockets;
   // The sandbox's cgroup, with its limits. Either made before (needed for cgroup v2's
   // clone3(CLONE_INTO_CGROUP)), or made by `make_cgroup` after clone3 while the child builds its
   // mounts (cgroup v1: creating and moving into it then overlap the child's work). One is required.

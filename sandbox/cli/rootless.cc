@@ -33,12 +33,32 @@ bool IsDirectory(const std::string& path) {
 StatePaths StatePathsFor(const StateEnv& env) {
   if (env.euid == 0) {
     return {.audit_log = egress::kDefaultAuditLog,
-            .netns_pool_dir = sandbox::NetnsPool::kDefaultDir};
+            .netns_pool_dir = sandbox::NetnsPool::kDefaultDir,
+            .runtime_dir = egress::kRuntimeDir};
   }
   // XDG: a relative value is invalid and is ignored.
   std::string state = env.xdg_state_home;
   if (state.empty() || state[0] != '/') state = absl::StrCat(env.home, "/.local/state");
-  return {.audit_log = absl::StrCat(state, "/moat/egress-audit.jsonl"), .netns_pool_dir = ""};
+  const std::string& runtime = env.xdg_runtime_dir;
+  return {
+      .audit_log = absl::StrCat(state, "/moat/egress-audit.jsonl"),
+      .netns_pool_dir = "",
+      .runtime_dir = !runtime.empty() && runtime[0] == '/' ? absl::StrCat(runtime, "/moat") : ""};
+}
+
+absl::StatusOr<std::string> EgressRuntimeDir(const StateEnv& env) {
+  std::string dir = StatePathsFor(env).runtime_dir;
+  if (!dir.empty()) return dir;
+  return absl::FailedPreconditionError(absl::StrCat(
+      "egress: moat runs as uid ", env.euid,
+      " (not root) and writes the sandbox's resolv.conf (naming its DNS stub) under "
+      "$XDG_RUNTIME_DIR, which is ",
+      env.xdg_runtime_dir.empty() ? "not set"
+                                  : absl::StrCat("not absolute (\"", env.xdg_runtime_dir, "\")"),
+      ": run moat in a login session or in your user manager's scope (`systemd-run --user "
+      "--scope -p Delegate=yes moat run ...`), which set it, or set XDG_RUNTIME_DIR to a "
+      "directory of yours that only you can write (mode 0700); or leave network.allowedDomains "
+      "out, or run moat as root"));
 }
 
 void MakeParentDirs(const std::string& path) {

@@ -3,9 +3,12 @@
 //
 // Root keeps its state under /run/moat and /var/lib/moat. An ordinary user cannot write there;
 // its state follows the XDG base directories: the egress audit log in
-// `$XDG_STATE_HOME/moat/egress-audit.jsonl` (default `~/.local/state`), and no network namespace
-// pool (a pooled namespace belongs to the host's user namespace, which only root can make one
-// in; the sandbox's own user namespace makes its network namespace at clone3 instead).
+// `$XDG_STATE_HOME/moat/egress-audit.jsonl` (default `~/.local/state`), the sandboxes'
+// resolv.conf (naming the egress DNS stub) in `$XDG_RUNTIME_DIR/moat/` (the user's own tmpfs,
+// 0700, emptied at logout; never a made-up fallback), and no network namespace pool (a pooled
+// namespace belongs to the host's user namespace, which only root can make one in; the
+// sandbox's own user namespace makes its network namespace at clone3 instead, and its init the
+// egress listeners in it, sandbox_egress.h).
 //
 // Limits need a cgroup v2 subtree delegated to the user: on a systemd host a `Delegate=yes`
 // scope in the user's manager (`systemd-run --user --scope -p Delegate=yes moat run ...`), which
@@ -35,12 +38,20 @@ struct StateEnv {
 struct StatePaths {
   std::string audit_log;       // the egress audit log when --audit-log is not given
   std::string netns_pool_dir;  // "" = no pool
+  std::string runtime_dir;     // the egress resolv.conf's directory; "" = none to be had
 };
 
-// Root: /var/lib/moat/egress-audit.jsonl and /run/moat/netns. Anyone else:
+// Root: /var/lib/moat/egress-audit.jsonl, /run/moat/netns and /run/moat. Anyone else:
 // $XDG_STATE_HOME/moat/egress-audit.jsonl ($HOME/.local/state when unset or not absolute, as
-// the XDG spec says) and no pool. Pure.
+// the XDG spec says), no pool, and $XDG_RUNTIME_DIR/moat ("" when that is unset or not
+// absolute). Pure.
 StatePaths StatePathsFor(const StateEnv& env);
+
+// The runtime directory of a run with egress: StatePathsFor's, or FailedPrecondition naming the
+// step ("egress") and what to do when an ordinary user has none ($XDG_RUNTIME_DIR unset: run in
+// a login session or the user manager's scope, which set it, or point it at a 0700 directory of
+// the user's own that no one else can write). Pure.
+absl::StatusOr<std::string> EgressRuntimeDir(const StateEnv& env);
 
 // Makes the missing directories above `path` (mode 0700), quietly: opening the file says what
 // went wrong.

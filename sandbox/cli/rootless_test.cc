@@ -19,6 +19,8 @@ TEST(StatePathsTest, RootKeepsTheSystemPaths) {
   StatePaths p = StatePathsFor({.euid = 0, .home = "/root", .xdg_state_home = "/x"});
   EXPECT_EQ(p.audit_log, "/var/lib/moat/egress-audit.jsonl");
   EXPECT_EQ(p.netns_pool_dir, "/run/moat/netns");
+  EXPECT_EQ(p.runtime_dir, "/run/moat");
+  EXPECT_EQ(EgressRuntimeDir({.euid = 0, .home = "/root"}).value_or(""), "/run/moat");
 }
 
 TEST(StatePathsTest, AUserWritesUnderItsXdgStateHomeAndHasNoPool) {
@@ -28,6 +30,26 @@ TEST(StatePathsTest, AUserWritesUnderItsXdgStateHomeAndHasNoPool) {
                                 .xdg_runtime_dir = "/run/user/1000"});
   EXPECT_EQ(p.audit_log, "/home/u/st/moat/egress-audit.jsonl");
   EXPECT_EQ(p.netns_pool_dir, "") << "only root can make namespaces in the host's user namespace";
+  EXPECT_EQ(p.runtime_dir, "/run/user/1000/moat");
+}
+
+// The sandbox's resolv.conf of an ordinary user's run with egress goes to its own runtime
+// directory, never to /run/moat (root's) or a guessed one: without $XDG_RUNTIME_DIR the run is
+// refused, saying what to do.
+TEST(StatePathsTest, AUsersEgressNeedsItsXdgRuntimeDir) {
+  EXPECT_EQ(EgressRuntimeDir({.euid = 1000, .home = "/home/u", .xdg_runtime_dir = "/run/user/1000"})
+                .value_or(""),
+            "/run/user/1000/moat");
+  for (const char* runtime : {"", "run/user/1000"}) {
+    SCOPED_TRACE(runtime);
+    EXPECT_EQ(
+        StatePathsFor({.euid = 1000, .home = "/home/u", .xdg_runtime_dir = runtime}).runtime_dir,
+        "");
+    EXPECT_THAT(EgressRuntimeDir({.euid = 1000, .home = "/home/u", .xdg_runtime_dir = runtime}),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         AllOf(HasSubstr("egress"), HasSubstr("XDG_RUNTIME_DIR"),
+                               HasSubstr("systemd-run --user --scope"), HasSubstr("as root"))));
+  }
 }
 
 TEST(StatePathsTest, UnsetOrRelativeXdgStateHomeMeansDotLocalState) {

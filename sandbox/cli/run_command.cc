@@ -67,6 +67,11 @@ absl::StatusOr<sandbox::RunRequest> BuildRequest(const RunFlags& flags) {
   }
   isolation_inputs.audit_log = std::move(audit_log);
   ASSIGN_OR_RETURN(sandbox::Isolation isolation, sandbox::IsolationFor(policy, isolation_inputs));
+  // The sandbox's resolv.conf: root's under /run/moat, a user's under $XDG_RUNTIME_DIR.
+  if (isolation.egress) {
+    ASSIGN_OR_RETURN(isolation.egress->runtime_dir,
+                     EgressRuntimeDir(CurrentStateEnv(sources.paths.home)));
+  }
 
   sandbox::RunRequest request;
   request.argv = flags.command;

@@ -1,10 +1,15 @@
 #include "sandbox/egress/netns_sockets.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -54,6 +59,43 @@ absl::StatusOr<UniqueFd> ListenTcp(const IpAddress& address, uint16_t port) {
 
 absl::StatusOr<UniqueFd> BindUdp(const IpAddress& address, uint16_t port) {
   return BoundSocket(SOCK_DGRAM, address, port);
+}
+
+absl::Status CheckListener(int fd, int type, const IpAddress& address, uint16_t port) {
+  const std::string want = absl::StrCat(address.ToString(), ":", port,
+                                        type == SOCK_STREAM ? " (tcp, listening)" : " (udp)");
+  auto refuse = [&](absl::string_view what) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("egress: a listener from the sandbox is not ", want, ": ", what));
+  };
+  int domain = 0, got_type = 0, accepting = 0;
+  socklen_t len = sizeof(int);
+  if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0) {
+    return refuse(absl::StrCat("not a socket (", strerror(errno), ")"));
+  }
+  len = sizeof(int);
+  ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &got_type, &len);
+  if (domain != (address.is_v4() ? AF_INET : AF_INET6) || got_type != type) {
+    return refuse(absl::StrCat("family ", domain, ", type ", got_type));
+  }
+  struct sockaddr_storage sa = {};
+  len = sizeof(sa);
+  if (::getsockname(fd, reinterpret_cast<struct sockaddr*>(&sa), &len) != 0) {
+    return refuse(absl::StrCat("no address (", strerror(errno), ")"));
+  }
+  std::optional<IpAddress> bound = IpAddress::FromSockaddr(reinterpret_cast<struct sockaddr*>(&sa));
+  const uint16_t bound_port =
+      ntohs(sa.ss_family == AF_INET ? reinterpret_cast<struct sockaddr_in*>(&sa)->sin_port
+                                    : reinterpret_cast<struct sockaddr_in6*>(&sa)->sin6_port);
+  if (!bound || *bound != address || bound_port != port) {
+    return refuse(absl::StrCat("bound to ", bound ? bound->ToString() : "?", ":", bound_port));
+  }
+  len = sizeof(int);
+  if (type == SOCK_STREAM &&
+      (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0 || accepting != 1)) {
+    return refuse("not listening");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace moat::egress

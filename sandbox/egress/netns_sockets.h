@@ -24,4 +24,9 @@ absl::StatusOr<UniqueFd> ListenTcp(const IpAddress& address, uint16_t port);
 // A UDP socket bound to address:port; CLOEXEC and non-blocking.
 absl::StatusOr<UniqueFd> BindUdp(const IpAddress& address, uint16_t port);
 
+// OK when `fd` is a socket of `address`'s family and of `type` (SOCK_STREAM: listening; or
+// SOCK_DGRAM), bound to address:port; else FailedPrecondition saying what it is instead. For
+// listeners made by someone else (the sandbox's init, rootless) before they are served.
+absl::Status CheckListener(int fd, int type, const IpAddress& address, uint16_t port);
+
 }  // namespace moat::egress

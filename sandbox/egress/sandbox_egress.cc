@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,6 +29,7 @@ namespace {
 // listener takes them on every port (sk_lookup.h).
 constexpr uint32_t kTransparentBase = (127u << 24) | (77u << 16);
 constexpr uint32_t kTransparentMax = 0xfffe;
+const IpAddress kLocalhost = IpAddress::V4(0x7f000001);
 
 absl::Status MakeStateDir() {
   if (::mkdir(kStateDir, 0700) != 0 && errno != EEXIST) {
@@ -133,6 +135,14 @@ class EgressSession::Recorder : public AuditSink {
 };
 
 absl::StatusOr<std::unique_ptr<EgressSession>> EgressSession::Create(const EgressOptions& options) {
+  if (options.rootless && options.transparent) {
+    return absl::FailedPreconditionError(
+        "egress: network.transparent is not available to an ordinary user's run: its steering "
+        "(sk_lookup) needs CAP_BPF on the host, and its per-name listeners are made in the "
+        "sandbox's network namespace while the command runs, which moat may enter only as root. "
+        "Leave network.transparent out (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and the DNS stub "
+        "still work for allowedDomains), or run moat as root");
+  }
   std::unique_ptr<EgressSession> s(new EgressSession(options));
   ASSIGN_OR_RETURN(EgressRules rules,
                    EgressRules::Create(options.allowed_domains, options.denied_domains));
@@ -203,14 +213,14 @@ std::vector<std::pair<std::string, std::string>> EgressSession::Env() const {
           {"NO_PROXY", no_proxy}, {"no_proxy", no_proxy}};
 }
 
-absl::StatusOr<std::string> EgressSession::ResolvConf() {
-  constexpr char kDir[] = "/run/moat";
-  const std::string path = absl::StrCat(kDir, "/resolv.conf");
+absl::StatusOr<std::string> EgressSession::ResolvConf(const std::string& dir) {
+  const std::string path = absl::StrCat(dir, "/resolv.conf");
   constexpr absl::string_view kContent =
       "# Written by moat: the sandbox's DNS stub, run by its supervisor.\n"
       "nameserver 127.0.0.1\n";
-  if (::mkdir(kDir, 0755) != 0 && errno != EEXIST) {
-    return ErrnoStatus(absl::StrCat("egress: create \"", kDir, "\""));
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return ErrnoStatus(
+        absl::StrCat("egress: create \"", dir, "\" (for the sandbox's resolv.conf)"));
   }
   char buf[256];
   UniqueFd existing(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
@@ -224,23 +234,52 @@ absl::StatusOr<std::string> EgressSession::ResolvConf() {
   return path;
 }
 
+const std::vector<ListenerSpec>& EgressSession::Listeners() {
+  static const std::vector<ListenerSpec> kListeners = {
+      {SOCK_STREAM, kHttpProxyPort, "127.0.0.1:3128 (tcp)"},
+      {SOCK_STREAM, kSocksPort, "127.0.0.1:1080 (tcp)"},
+      {SOCK_DGRAM, kDnsPort, "127.0.0.1:53 (udp)"},
+      {SOCK_STREAM, kDnsPort, "127.0.0.1:53 (tcp)"}};
+  return kListeners;
+}
+
 absl::Status EgressSession::Attach(int pidfd) {
+  if (options_.rootless) {
+    return absl::FailedPreconditionError(
+        "egress: a rootless session takes its listeners from the sandbox (AttachListeners)");
+  }
   pidfd_ = pidfd;
-  const IpAddress localhost = IpAddress::V4(0x7f000001);
-  UniqueFd http, socks, dns_udp, dns_tcp;
+  std::vector<UniqueFd> listeners;
   RETURN_IF_ERROR(InNetworkNamespace(pidfd, [&]() -> absl::Status {
     RETURN_IF_ERROR(sandbox::BringUpLoopbackInThisThread());
-    ASSIGN_OR_RETURN(http, ListenTcp(localhost, kHttpProxyPort));
-    ASSIGN_OR_RETURN(socks, ListenTcp(localhost, kSocksPort));
-    ASSIGN_OR_RETURN(dns_udp, BindUdp(localhost, kDnsPort));
-    ASSIGN_OR_RETURN(dns_tcp, ListenTcp(localhost, kDnsPort));
+    for (const ListenerSpec& spec : Listeners()) {
+      ASSIGN_OR_RETURN(UniqueFd fd, spec.type == SOCK_DGRAM ? BindUdp(kLocalhost, spec.port)
+                                                            : ListenTcp(kLocalhost, spec.port));
+      listeners.push_back(std::move(fd));
+    }
     return absl::OkStatus();
   }));
-  proxy_->AddHttpListener(std::move(http));
-  proxy_->AddSocksListener(std::move(socks));
+  return Serve(std::move(listeners));
+}
+
+absl::Status EgressSession::AttachListeners(std::vector<UniqueFd> listeners) {
+  const std::vector<ListenerSpec>& specs = Listeners();
+  if (listeners.size() != specs.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "egress: the sandbox handed over ", listeners.size(), " listeners, not ", specs.size()));
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    RETURN_IF_ERROR(CheckListener(listeners[i].get(), specs[i].type, kLocalhost, specs[i].port));
+  }
+  return Serve(std::move(listeners));
+}
+
+absl::Status EgressSession::Serve(std::vector<UniqueFd> listeners) {
+  proxy_->AddHttpListener(std::move(listeners[0]));
+  proxy_->AddSocksListener(std::move(listeners[1]));
   if (options_.transparent) RETURN_IF_ERROR(SteerTransparentAddresses());
   RETURN_IF_ERROR(proxy_->Start());
-  auto stub = std::make_shared<DnsStub>(std::move(dns_udp), std::move(dns_tcp),
+  auto stub = std::make_shared<DnsStub>(std::move(listeners[2]), std::move(listeners[3]),
                                         [this](const DnsQuestion& q) { return Answer(q); });
   dns_thread_ = std::thread([stub, stop = stop_.get()] { stub->Serve(stop); });
   return absl::OkStatus();
@@ -251,7 +290,7 @@ absl::Status EgressSession::SteerTransparentAddresses() {
   // (older kernels) TransparentAddress() falls back to listeners on the allowed ports.
   UniqueFd listener, netns;
   RETURN_IF_ERROR(InNetworkNamespace(pidfd_, [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(listener, ListenTcp(IpAddress::V4(0x7f000001), 0));
+    ASSIGN_OR_RETURN(listener, ListenTcp(kLocalhost, 0));
     netns.reset(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
     if (!netns) return ErrnoStatus("egress: open the sandbox's network namespace");
     return absl::OkStatus();

@@ -6,6 +6,9 @@
 //   Env(), ResolvConf()   what the command sees: proxy variables, a resolv.conf naming the stub
 //   Attach()   after clone, before the command starts: binds the listeners on the sandbox's own
 //              127.0.0.1 (ports below) from outside its namespace and starts serving
+//   AttachListeners()   instead, rootless (EgressOptions::rootless): the same listeners, made by
+//              the sandbox's init in its own namespace before any of the command's code runs
+//              and handed over (contain.h's ChildSocket), checked, then served the same way
 //   Finish()   stops everything and returns the denials
 #pragma once
 
@@ -44,6 +47,16 @@ inline constexpr uint16_t kDnsPort = 53;
 // and hidden from every sandbox.
 inline constexpr char kStateDir[] = "/var/lib/moat";
 inline constexpr char kDefaultAuditLog[] = "/var/lib/moat/egress-audit.jsonl";
+// Where root's sandboxes' resolv.conf is written (a user's: $XDG_RUNTIME_DIR/moat, rootless.h).
+// Sandboxes never see the host's /run.
+inline constexpr char kRuntimeDir[] = "/run/moat";
+
+// One listener of a session, on the sandbox's 127.0.0.1.
+struct ListenerSpec {
+  int type;  // SOCK_STREAM (listening) or SOCK_DGRAM
+  uint16_t port;
+  const char* label;  // "127.0.0.1:3128 (tcp)"
+};
 
 struct EgressOptions {
   std::string sandbox_id;
@@ -54,6 +67,13 @@ struct EgressOptions {
   uint64_t requests_per_minute = 600;
   bool transparent = false;
   std::string audit_log = kDefaultAuditLog;
+  std::string runtime_dir = kRuntimeDir;  // where ResolvConf() writes
+  // The supervisor may not enter the sandbox's network namespace (an ordinary user's run, whose
+  // sandbox owns its namespaces; or RunnerOptions::rootless_forms as root): the listeners come
+  // from the sandbox (AttachListeners, never Attach), and network.transparent is refused at
+  // Create(), since its steering (sk_lookup) needs CAP_BPF on the host and its per-name
+  // listeners are made in the namespace after the command has started.
+  bool rootless = false;
   size_t max_violations = 64;
   // Told of every request as it is decided (from the proxy's threads): whether it was allowed,
   // and the audit line's gist. For a daemon's metrics and events; must not block.
@@ -69,12 +89,23 @@ class EgressSession {
   // localhost.
   std::vector<std::pair<std::string, std::string>> Env() const;
 
-  // A host file that says "nameserver 127.0.0.1", for /etc/resolv.conf inside (under /run, which
-  // sandboxes never see). Written once, atomically.
-  static absl::StatusOr<std::string> ResolvConf();
+  // A host file, `dir`/resolv.conf, that says "nameserver 127.0.0.1", for /etc/resolv.conf
+  // inside (under /run or $XDG_RUNTIME_DIR, which sandboxes never see); `dir` is made if missing.
+  // Written once, atomically, and shared by every sandbox of its owner: the content never varies.
+  static absl::StatusOr<std::string> ResolvConf(const std::string& dir = kRuntimeDir);
+
+  // The listeners, in the order Attach() makes them and AttachListeners() takes them: the HTTP
+  // proxy, SOCKS5, the DNS stub's UDP and TCP sockets.
+  static const std::vector<ListenerSpec>& Listeners();
 
   // Binds the listeners inside the namespace of `pidfd` and starts the proxy and the DNS stub.
+  // Refused for a rootless session.
   absl::Status Attach(int pidfd);
+
+  // Rootless: serves `listeners`, made in the sandbox's namespace by its init (Listeners()'
+  // order). Each is checked first (family, type, bound address and port, listening): a
+  // descriptor that is anything else is refused and nothing is served.
+  absl::Status AttachListeners(std::vector<UniqueFd> listeners);
 
   // Stops serving (closing every connection) and returns the denials as `network` violations,
   // at most max_violations of them. Idempotent.
@@ -84,6 +115,8 @@ class EgressSession {
   class Recorder;
   explicit EgressSession(const EgressOptions& options);
   StubAnswer Answer(const DnsQuestion& question);
+  // Starts serving the listeners (Listeners()' order).
+  absl::Status Serve(std::vector<UniqueFd> listeners);
   // Transparent mode: the local address standing for `name`, with its listeners made on first use.
   absl::StatusOr<IpAddress> TransparentAddress(const CanonicalHost& host);
   // Steers every port of the transparent range to one listener of the proxy, if BPF allows.
