@@ -30,6 +30,14 @@ class HostViewTest : public ::testing::Test {
     if (!is_dir) std::ofstream(path) << "x";
     return path;
   }
+  // The host of a user whose home is `home`, under this test's own home root.
+  HostContext Host(const std::string& home, const std::string& proc_net_unix = "/nonexistent") {
+    HostContext host;
+    host.home = home;
+    host.home_root = dir_ + "/home";
+    host.proc_net_unix = proc_net_unix;
+    return host;
+  }
   std::string dir_;
 };
 
@@ -59,10 +67,7 @@ TEST_F(HostViewTest, HidesCredentialsHomesAndReachableSockets) {
                               "0: 2 0 10000 1 1 21 /srv/app/api.sock\n"
                               "0: 2 0 10000 1 1 22 " +
                                   home + "/agent.sock\n";
-  HostContext host;
-  host.home = home;
-  host.home_root = dir_ + "/home";
-  host.proc_net_unix = unix_file;
+  HostContext host = Host(home, unix_file);
   Policy policy;
   policy.deny_read = {"/etc/shadow-test", "/root/.ssh"};
   absl::StatusOr<MountOptions> m = MountOptionsFor(policy, host, std::nullopt);
@@ -85,10 +90,7 @@ TEST_F(HostViewTest, HidesCredentialsHomesAndReachableSockets) {
 TEST_F(HostViewTest, HomeStaysVisibleWhenThePolicySaysSo) {
   std::string home = Make("home/alice");
   std::string ssh = Make("home/alice/.ssh");
-  HostContext host;
-  host.home = home;
-  host.home_root = dir_ + "/home";
-  host.proc_net_unix = "/nonexistent";
+  HostContext host = Host(home);
   Policy policy;
   policy.hide_home = false;
   absl::StatusOr<MountOptions> m = MountOptionsFor(policy, host, std::nullopt);
@@ -128,10 +130,7 @@ TEST_F(HostViewTest, WorkingDirectoryInTheHiddenHomeIsShownThroughIt) {
   std::string home = Make("home/alice");
   std::string project = Make("home/alice/src/app");
   std::string ssh = Make("home/alice/.ssh");
-  HostContext host;
-  host.home = home;
-  host.home_root = dir_ + "/home";
-  host.proc_net_unix = "/nonexistent";
+  HostContext host = Host(home);
   absl::StatusOr<MountOptions> m = MountOptionsFor(Policy{}, host, std::nullopt, project);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_THAT(m->home_skeletons, Contains(home));
@@ -185,10 +184,7 @@ TEST_F(HostViewTest, InTheSandboxsOwnTmpOnlyWhatIsShownNeedsCovering) {
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string tmp_home = tmpl;
   std::system(("mkdir -p '" + tmp_home + "/proj/secret'").c_str());
-  HostContext host;
-  host.home = tmp_home;
-  host.home_root = dir_ + "/home";
-  host.proc_net_unix = "/nonexistent";
+  HostContext host = Host(tmp_home);
   Policy policy;
   policy.allow_write = {tmp_home + "/proj"};
   policy.deny_read = {tmp_home + "/proj/secret", "/tmp/elsewhere"};

@@ -5,62 +5,62 @@
 namespace moat {
 namespace {
 
-TEST(RequestRateTest, EmptyReadsZero) {
-  FakeClock clock;
-  RequestRate rate(&clock);
-  EXPECT_EQ(rate.PeakPerMinute(), 0);
-  EXPECT_EQ(rate.TotalLastHour(), 0);
-}
-
-TEST(RequestRateTest, CountsPerMinuteAndKeepsThePeak) {
-  FakeClock clock;
-  RequestRate rate(&clock);
-  for (int i = 0; i < 3; ++i) rate.Record();
-  clock.Advance(absl::Minutes(1));
-  for (int i = 0; i < 7; ++i) rate.Record();
-  clock.Advance(absl::Minutes(1));
-  rate.Record();
-  EXPECT_EQ(rate.PeakPerMinute(), 7);
-  EXPECT_EQ(rate.TotalLastHour(), 11);
-}
-
-TEST(RequestRateTest, RequestsOlderThanAnHourDropOut) {
-  FakeClock clock;
-  RequestRate rate(&clock);
-  for (int i = 0; i < 5; ++i) rate.Record();  // Minute 0.
-  clock.Advance(absl::Minutes(30));
-  rate.Record();                     // Minute 30.
-  clock.Advance(absl::Minutes(29));  // Minute 59: minute 0 is still in the window.
-  EXPECT_EQ(rate.PeakPerMinute(), 5);
-  EXPECT_EQ(rate.TotalLastHour(), 6);
-  clock.Advance(absl::Minutes(1));  // Minute 60: minute 0 has left.
-  EXPECT_EQ(rate.PeakPerMinute(), 1);
-  EXPECT_EQ(rate.TotalLastHour(), 1);
-  clock.Advance(absl::Minutes(30));
-  EXPECT_EQ(rate.TotalLastHour(), 0);
-}
-
-TEST(RequestRateTest, ABucketReusedAnHourLaterStartsFromZero) {
-  FakeClock clock;
-  RequestRate rate(&clock);
-  for (int i = 0; i < 4; ++i) rate.Record();
-  clock.Advance(absl::Hours(1));  // The same ring slot, a different minute.
-  rate.Record();
-  EXPECT_EQ(rate.PeakPerMinute(), 1);
-  EXPECT_EQ(rate.TotalLastHour(), 1);
-}
-
-TEST(RequestRateTest, ALongSilenceForgetsEverything) {
-  FakeClock clock;
-  RequestRate rate(&clock);
-  for (int m = 0; m < 60; ++m) {
-    rate.Record();
-    clock.Advance(absl::Minutes(1));
+class RequestRateTest : public ::testing::Test {
+ protected:
+  void Record(int requests) {
+    for (int i = 0; i < requests; ++i) rate_.Record();
   }
-  EXPECT_EQ(rate.TotalLastHour(), 59);  // Minute 0 just left.
-  clock.Advance(absl::Hours(5));
-  EXPECT_EQ(rate.TotalLastHour(), 0);
-  EXPECT_EQ(rate.PeakPerMinute(), 0);
+
+  FakeClock clock_;
+  RequestRate rate_{&clock_};
+};
+
+TEST_F(RequestRateTest, EmptyReadsZero) {
+  EXPECT_EQ(rate_.PeakPerMinute(), 0);
+  EXPECT_EQ(rate_.TotalLastHour(), 0);
+}
+
+TEST_F(RequestRateTest, CountsPerMinuteAndKeepsThePeak) {
+  Record(3);
+  clock_.Advance(absl::Minutes(1));
+  Record(7);
+  clock_.Advance(absl::Minutes(1));
+  rate_.Record();
+  EXPECT_EQ(rate_.PeakPerMinute(), 7);
+  EXPECT_EQ(rate_.TotalLastHour(), 11);
+}
+
+TEST_F(RequestRateTest, RequestsOlderThanAnHourDropOut) {
+  Record(5);  // Minute 0.
+  clock_.Advance(absl::Minutes(30));
+  rate_.Record();                     // Minute 30.
+  clock_.Advance(absl::Minutes(29));  // Minute 59: minute 0 is still in the window.
+  EXPECT_EQ(rate_.PeakPerMinute(), 5);
+  EXPECT_EQ(rate_.TotalLastHour(), 6);
+  clock_.Advance(absl::Minutes(1));  // Minute 60: minute 0 has left.
+  EXPECT_EQ(rate_.PeakPerMinute(), 1);
+  EXPECT_EQ(rate_.TotalLastHour(), 1);
+  clock_.Advance(absl::Minutes(30));
+  EXPECT_EQ(rate_.TotalLastHour(), 0);
+}
+
+TEST_F(RequestRateTest, ABucketReusedAnHourLaterStartsFromZero) {
+  Record(4);
+  clock_.Advance(absl::Hours(1));  // The same ring slot, a different minute.
+  rate_.Record();
+  EXPECT_EQ(rate_.PeakPerMinute(), 1);
+  EXPECT_EQ(rate_.TotalLastHour(), 1);
+}
+
+TEST_F(RequestRateTest, ALongSilenceForgetsEverything) {
+  for (int m = 0; m < 60; ++m) {
+    rate_.Record();
+    clock_.Advance(absl::Minutes(1));
+  }
+  EXPECT_EQ(rate_.TotalLastHour(), 59);  // Minute 0 just left.
+  clock_.Advance(absl::Hours(5));
+  EXPECT_EQ(rate_.TotalLastHour(), 0);
+  EXPECT_EQ(rate_.PeakPerMinute(), 0);
 }
 
 }  // namespace

@@ -20,6 +20,14 @@ using testing::FakeCgroupTree;
 using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAre;
 
+// A leaf cgroup in `tree` whose cgroup.procs lists `procs`.
+std::string LeafListing(const FakeCgroupTree& tree, const std::string& procs) {
+  const std::string dir = tree.Path("leaf");
+  std::filesystem::create_directories(dir);
+  FakeCgroupTree::Write(dir + "/cgroup.procs", procs);
+  return dir;
+}
+
 TEST(CgroupFsTest, CpuQuota) {
   EXPECT_EQ(CpuQuotaUs(1), 100000u);
   EXPECT_EQ(CpuQuotaUs(0.5), 50000u);
@@ -120,10 +128,8 @@ TEST(CgroupFsTest, KillListedSparesAPidNoLongerListed) {
 
 TEST(CgroupFsTest, KillUntilEmptyGivesUpWithTheRemainingPids) {
   FakeCgroupTree tree;
-  const std::string dir = tree.Path("leaf");
-  std::filesystem::create_directories(dir);
   // Above any pid_max: never exists, so never leaves the (fake) list.
-  FakeCgroupTree::Write(dir + "/cgroup.procs", "999999999\n");
+  const std::string dir = LeafListing(tree, "999999999\n");
   int freezes = 0;
   int thaws = 0;
   absl::Status status = KillUntilEmpty({dir},
@@ -139,9 +145,7 @@ TEST(CgroupFsTest, KillUntilEmptyGivesUpWithTheRemainingPids) {
 
 TEST(CgroupFsTest, KillUntilEmptyOnAnEmptyCgroupDoesNothing) {
   FakeCgroupTree tree;
-  const std::string dir = tree.Path("leaf");
-  std::filesystem::create_directories(dir);
-  FakeCgroupTree::Write(dir + "/cgroup.procs", "");
+  const std::string dir = LeafListing(tree, "");
   int freezes = 0;
   ASSERT_TRUE(
       KillUntilEmpty({dir}, {.freeze = [&] { return ++freezes, absl::OkStatus(); }}, kKillTimeout)

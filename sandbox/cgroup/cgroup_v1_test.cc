@@ -57,6 +57,10 @@ class CgroupV1FakeTest : public ::testing::Test {
             {"pids", pids_},
             {"freezer", freezer_}};
   }
+  // The sandbox's cgroup in every hierarchy, with kLimits.
+  absl::StatusOr<std::unique_ptr<CgroupV1>> Create() {
+    return CgroupV1::Create(Controllers(), kName, kLimits);
+  }
   static std::string Read(const std::string& path) { return FakeCgroupTree::Read(path); }
 
   FakeCgroupTree tree_;
@@ -66,8 +70,7 @@ class CgroupV1FakeTest : public ::testing::Test {
 
 TEST_F(CgroupV1FakeTest, WritesLimitsOnceInCoMountedHierarchies) {
   PopulateAll();
-  absl::StatusOr<std::unique_ptr<CgroupV1>> cgroup =
-      CgroupV1::Create(Controllers(), kName, kLimits);
+  absl::StatusOr<std::unique_ptr<CgroupV1>> cgroup = Create();
   ASSERT_TRUE(cgroup.ok()) << cgroup.status();
   EXPECT_EQ(Read(cpu_leaf_ + "/cpu.cfs_period_us"), "100000");
   EXPECT_EQ(Read(cpu_leaf_ + "/cpu.cfs_quota_us"), "150000");
@@ -81,7 +84,7 @@ TEST_F(CgroupV1FakeTest, WritesLimitsOnceInCoMountedHierarchies) {
 
 TEST_F(CgroupV1FakeTest, NoMemswFileNoMemswLimit) {
   PopulateAll(/*memsw=*/false);
-  ASSERT_TRUE(CgroupV1::Create(Controllers(), kName, kLimits).ok());
+  ASSERT_TRUE(Create().ok());
   EXPECT_EQ(Read(memory_leaf_ + "/memory.limit_in_bytes"), "268435456");
   EXPECT_FALSE(std::filesystem::exists(memory_leaf_ + "/memory.memsw.limit_in_bytes"));
 }
@@ -89,14 +92,13 @@ TEST_F(CgroupV1FakeTest, NoMemswFileNoMemswLimit) {
 TEST_F(CgroupV1FakeTest, ReusedLeafHasItsPeakReset) {
   PopulateAll();
   FakeCgroupTree::Write(memory_leaf_ + "/memory.max_usage_in_bytes", "999999\n");
-  ASSERT_TRUE(CgroupV1::Create(Controllers(), kName, kLimits).ok());
+  ASSERT_TRUE(Create().ok());
   EXPECT_EQ(Read(memory_leaf_ + "/memory.max_usage_in_bytes"), "0");
 }
 
 TEST_F(CgroupV1FakeTest, AddProcessWritesEveryHierarchy) {
   PopulateAll();
-  absl::StatusOr<std::unique_ptr<CgroupV1>> cgroup =
-      CgroupV1::Create(Controllers(), kName, kLimits);
+  absl::StatusOr<std::unique_ptr<CgroupV1>> cgroup = Create();
   ASSERT_TRUE(cgroup.ok()) << cgroup.status();
   // A pid above any pid_max: nothing real can be hit by the destructor's KillAll.
   ASSERT_TRUE((*cgroup)->AddProcess(999999999).ok());
@@ -108,8 +110,7 @@ TEST_F(CgroupV1FakeTest, AddProcessWritesEveryHierarchy) {
 
 TEST_F(CgroupV1FakeTest, ReadsUsageBack) {
   PopulateAll();
-  absl::StatusOr<std::unique_ptr<CgroupV1>> cgroup =
-      CgroupV1::Create(Controllers(), kName, kLimits);
+  absl::StatusOr<std::unique_ptr<CgroupV1>> cgroup = Create();
   ASSERT_TRUE(cgroup.ok()) << cgroup.status();
   FakeCgroupTree::Write(cpu_leaf_ + "/cpuacct.usage", "123456789\n");
   FakeCgroupTree::Write(memory_leaf_ + "/memory.max_usage_in_bytes", "5242880\n");
@@ -125,8 +126,7 @@ TEST_F(CgroupV1FakeTest, ReadsUsageBack) {
 
 TEST_F(CgroupV1FakeTest, OldKernelWithoutOomKillLineReportsNone) {
   PopulateAll();
-  absl::StatusOr<std::unique_ptr<CgroupV1>> cgroup =
-      CgroupV1::Create(Controllers(), kName, kLimits);
+  absl::StatusOr<std::unique_ptr<CgroupV1>> cgroup = Create();
   ASSERT_TRUE(cgroup.ok()) << cgroup.status();
   FakeCgroupTree::Write(memory_leaf_ + "/memory.oom_control", "oom_kill_disable 0\nunder_oom 0\n");
   absl::StatusOr<CgroupUsage> usage = (*cgroup)->ReadUsage();
@@ -159,8 +159,7 @@ TEST_F(CgroupV1FakeTest, CopiesCpusetWhenCoMountedWithCpuset) {
 TEST_F(CgroupV1FakeTest, RefusesANameInUseBeforeCreatingAnything) {
   memory_leaf_ = Populate(memory_, {"memory"});
   FakeCgroupTree::Write(memory_leaf_ + "/cgroup.procs", absl::StrCat(getpid(), "\n"));
-  absl::StatusOr<std::unique_ptr<CgroupV1>> cgroup =
-      CgroupV1::Create(Controllers(), kName, kLimits);
+  absl::StatusOr<std::unique_ptr<CgroupV1>> cgroup = Create();
   EXPECT_EQ(cgroup.status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(cgroup.status().message(), HasSubstr("\"" + memory_leaf_ + "\""));
   EXPECT_FALSE(std::filesystem::exists(pids_ + "/moat"));
@@ -219,8 +218,7 @@ TEST_F(CgroupV1FakeTest, ClaimsASpareAndCountsOnlyItsOwnRun) {
 
 TEST_F(CgroupV1FakeTest, RecycleKeepsEmptyDirectoriesAsSpares) {
   PopulateAll();
-  absl::StatusOr<std::unique_ptr<CgroupV1>> cgroup =
-      CgroupV1::Create(Controllers(), kName, kLimits);
+  absl::StatusOr<std::unique_ptr<CgroupV1>> cgroup = Create();
   ASSERT_TRUE(cgroup.ok()) << cgroup.status();
   FakeCgroupTree::Write(memory_leaf_ + "/memory.usage_in_bytes", "3000000\n");  // some page cache
   ASSERT_TRUE((*cgroup)->Recycle().ok());
@@ -234,8 +232,7 @@ TEST_F(CgroupV1FakeTest, RecycleKeepsEmptyDirectoriesAsSpares) {
 
 TEST_F(CgroupV1FakeTest, RecycleRemovesWhatShouldNotBeKept) {
   PopulateAll();
-  absl::StatusOr<std::unique_ptr<CgroupV1>> cgroup =
-      CgroupV1::Create(Controllers(), kName, kLimits);
+  absl::StatusOr<std::unique_ptr<CgroupV1>> cgroup = Create();
   ASSERT_TRUE(cgroup.ok()) << cgroup.status();
   // Too much memory still charged; a sub-cgroup under pids.
   FakeCgroupTree::Write(memory_leaf_ + "/memory.usage_in_bytes",

@@ -45,6 +45,10 @@ class CgroupV2FakeTest : public ::testing::Test {
     tree_.PopulateV2(leaf, files);
     return leaf;
   }
+  // The sandbox's cgroup "42-sandbox" with every controller and kLimits (the test makes its leaf).
+  absl::StatusOr<std::unique_ptr<CgroupV2>> Create() {
+    return CgroupV2::Create(mount_, kAll, "42-sandbox", kLimits);
+  }
   static std::string Read(const std::string& path) { return FakeCgroupTree::Read(path); }
 
   FakeCgroupTree tree_;
@@ -53,8 +57,7 @@ class CgroupV2FakeTest : public ::testing::Test {
 
 TEST_F(CgroupV2FakeTest, EnablesControllersAndWritesLimits) {
   const std::string leaf = Leaf();
-  absl::StatusOr<std::unique_ptr<CgroupV2>> cgroup =
-      CgroupV2::Create(mount_, kAll, "42-sandbox", kLimits);
+  absl::StatusOr<std::unique_ptr<CgroupV2>> cgroup = Create();
   ASSERT_TRUE(cgroup.ok()) << cgroup.status();
   EXPECT_EQ(Read(mount_ + "/cgroup.subtree_control"), "+cpu +memory +pids");
   EXPECT_EQ(Read(mount_ + "/moat/cgroup.subtree_control"), "+cpu +memory +pids");
@@ -70,7 +73,7 @@ TEST_F(CgroupV2FakeTest, WritesOnlyControllersNotYetEnabled) {
   FakeCgroupTree::Write(mount_ + "/cgroup.subtree_control", "cpu memory pids\n");
   FakeCgroupTree::Write(mount_ + "/moat/cgroup.subtree_control", "memory\n");
   Leaf();
-  ASSERT_TRUE(CgroupV2::Create(mount_, kAll, "42-sandbox", kLimits).ok());
+  ASSERT_TRUE(Create().ok());
   EXPECT_EQ(Read(mount_ + "/cgroup.subtree_control"), "cpu memory pids\n");  // untouched
   EXPECT_EQ(Read(mount_ + "/moat/cgroup.subtree_control"), "+cpu +pids");
 }
@@ -86,14 +89,13 @@ TEST_F(CgroupV2FakeTest, OnlyTheGivenControllersGetLimits) {
 
 TEST_F(CgroupV2FakeTest, NoSwapFileNoSwapLimit) {
   const std::string leaf = Leaf({.swap = false});
-  ASSERT_TRUE(CgroupV2::Create(mount_, kAll, "42-sandbox", kLimits).ok());
+  ASSERT_TRUE(Create().ok());
   EXPECT_FALSE(std::filesystem::exists(leaf + "/memory.swap.max"));
 }
 
 TEST_F(CgroupV2FakeTest, ReadsUsageBack) {
   const std::string leaf = Leaf();
-  absl::StatusOr<std::unique_ptr<CgroupV2>> cgroup =
-      CgroupV2::Create(mount_, kAll, "42-sandbox", kLimits);
+  absl::StatusOr<std::unique_ptr<CgroupV2>> cgroup = Create();
   ASSERT_TRUE(cgroup.ok()) << cgroup.status();
   FakeCgroupTree::Write(leaf + "/cpu.stat",
                         "usage_usec 1234567\nuser_usec 1000000\nsystem_usec 234567\n");
@@ -117,8 +119,7 @@ TEST_F(CgroupV2FakeTest, ReadsUsageBack) {
 
 TEST_F(CgroupV2FakeTest, PeakFallsBackToCurrentWithoutMemoryPeak) {
   const std::string leaf = Leaf({.peak = false});
-  absl::StatusOr<std::unique_ptr<CgroupV2>> cgroup =
-      CgroupV2::Create(mount_, kAll, "42-sandbox", kLimits);
+  absl::StatusOr<std::unique_ptr<CgroupV2>> cgroup = Create();
   ASSERT_TRUE(cgroup.ok()) << cgroup.status();
   FakeCgroupTree::Write(leaf + "/memory.current", "4096\n");
   EXPECT_EQ((*cgroup)->ReadUsage()->memory_peak_bytes, 4096u);
@@ -126,8 +127,7 @@ TEST_F(CgroupV2FakeTest, PeakFallsBackToCurrentWithoutMemoryPeak) {
 
 TEST_F(CgroupV2FakeTest, MalformedCpuStatIsAnErrorNamingTheFile) {
   const std::string leaf = Leaf();
-  absl::StatusOr<std::unique_ptr<CgroupV2>> cgroup =
-      CgroupV2::Create(mount_, kAll, "42-sandbox", kLimits);
+  absl::StatusOr<std::unique_ptr<CgroupV2>> cgroup = Create();
   ASSERT_TRUE(cgroup.ok()) << cgroup.status();
   FakeCgroupTree::Write(leaf + "/cpu.stat", "user_usec 5\n");
   absl::StatusOr<uint64_t> cpu = (*cgroup)->ReadCpuNs();
@@ -139,8 +139,7 @@ TEST_F(CgroupV2FakeTest, MalformedCpuStatIsAnErrorNamingTheFile) {
 TEST_F(CgroupV2FakeTest, RefusesALeafThatHasProcesses) {
   const std::string leaf = Leaf();
   FakeCgroupTree::Write(leaf + "/cgroup.procs", absl::StrCat(getpid(), "\n"));
-  absl::StatusOr<std::unique_ptr<CgroupV2>> cgroup =
-      CgroupV2::Create(mount_, kAll, "42-sandbox", kLimits);
+  absl::StatusOr<std::unique_ptr<CgroupV2>> cgroup = Create();
   EXPECT_EQ(cgroup.status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(cgroup.status().message(), HasSubstr("\"" + leaf + "\""));
   EXPECT_EQ(Read(leaf + "/pids.max"), "max\n");  // not taken over
@@ -159,8 +158,7 @@ TEST_F(CgroupV2FakeTest, FailureAfterMkdirRemovesTheLeaf) {
 TEST_F(CgroupV2FakeTest, UnreadableSubtreeControlIsAnErrorNamingTheFile) {
   std::filesystem::remove(mount_ + "/moat/cgroup.subtree_control");
   Leaf();
-  absl::StatusOr<std::unique_ptr<CgroupV2>> cgroup =
-      CgroupV2::Create(mount_, kAll, "42-sandbox", kLimits);
+  absl::StatusOr<std::unique_ptr<CgroupV2>> cgroup = Create();
   EXPECT_FALSE(cgroup.ok());
   EXPECT_THAT(cgroup.status().message(), HasSubstr(mount_ + "/moat/cgroup.subtree_control"));
 }
@@ -201,8 +199,7 @@ class ProcsEmulator {
 
 TEST_F(CgroupV2FakeTest, KillAllWritesCgroupKillAndWaitsUntilEmpty) {
   const std::string leaf = Leaf();
-  absl::StatusOr<std::unique_ptr<CgroupV2>> cgroup =
-      CgroupV2::Create(mount_, kAll, "42-sandbox", kLimits);
+  absl::StatusOr<std::unique_ptr<CgroupV2>> cgroup = Create();
   ASSERT_TRUE(cgroup.ok()) << cgroup.status();
   pid_t child = ::fork();
   if (child == 0) {
@@ -217,8 +214,7 @@ TEST_F(CgroupV2FakeTest, KillAllWritesCgroupKillAndWaitsUntilEmpty) {
 
 TEST_F(CgroupV2FakeTest, KillAllWithoutCgroupKillFreezesKillsAndThaws) {
   const std::string leaf = Leaf({.kill = false});
-  absl::StatusOr<std::unique_ptr<CgroupV2>> cgroup =
-      CgroupV2::Create(mount_, kAll, "42-sandbox", kLimits);
+  absl::StatusOr<std::unique_ptr<CgroupV2>> cgroup = Create();
   ASSERT_TRUE(cgroup.ok()) << cgroup.status();
   FakeCgroupTree::Write(leaf + "/cgroup.events", "populated 1\nfrozen 1\n");
   pid_t child = ::fork();

@@ -66,6 +66,14 @@ class Wire {
 constexpr uint16_t kQuery = 0x0100;     // RD
 constexpr uint16_t kResponse = 0x8180;  // QR RD RA
 
+// A response (id 1) to the A question for "a.test" that announces `answers` records; the test
+// writes them.
+Wire ResponseForATest(uint16_t answers) {
+  Wire wire;
+  wire.Header(1, kResponse, 1, answers, 0, 0).Question("a.test", kDnsTypeA);
+  return wire;
+}
+
 IpAddress V6Loopback() {
   std::array<uint8_t, 16> bytes{};
   bytes[15] = 1;
@@ -300,8 +308,7 @@ TEST(DnsMessageTest, CnameChainIsFollowed) {
 }
 
 TEST(DnsMessageTest, CnameLoopEndsWithoutAddresses) {
-  Wire wire;
-  wire.Header(1, kResponse, 1, 3, 0, 0).Question("a.test", kDnsTypeA);
+  Wire wire = ResponseForATest(3);
   wire.Name("a.test").RecordTail(kDnsTypeCname, 5, 8).Name("b.test");
   wire.Name("b.test").RecordTail(kDnsTypeCname, 5, 8).Name("a.test");
   wire.Name("c.test").A(5, 192, 0, 2, 1);
@@ -311,15 +318,13 @@ TEST(DnsMessageTest, CnameLoopEndsWithoutAddresses) {
 }
 
 TEST(DnsMessageTest, CnameTargetOverrunningItsRecordIsRefused) {
-  Wire wire;
-  wire.Header(1, kResponse, 1, 1, 0, 0).Question("a.test", kDnsTypeA);
+  Wire wire = ResponseForATest(1);
   wire.Name("a.test").RecordTail(kDnsTypeCname, 5, 3).Name("b.test");  // says 3, writes 8
   EXPECT_FALSE(ParseDnsResponse(wire.bytes()).ok());
 }
 
 TEST(DnsMessageTest, AddressRecordsOfTheWrongSizeAreRefused) {
-  Wire wire;
-  wire.Header(1, kResponse, 1, 1, 0, 0).Question("a.test", kDnsTypeA);
+  Wire wire = ResponseForATest(1);
   wire.Name("a.test").RecordTail(kDnsTypeA, 5, 5).U32(0).U8(0);
   EXPECT_FALSE(ParseDnsResponse(wire.bytes()).ok());
   Wire six;
@@ -329,15 +334,13 @@ TEST(DnsMessageTest, AddressRecordsOfTheWrongSizeAreRefused) {
 }
 
 TEST(DnsMessageTest, RecordDataPastTheEndIsRefused) {
-  Wire wire;
-  wire.Header(1, kResponse, 1, 1, 0, 0).Question("a.test", kDnsTypeA);
+  Wire wire = ResponseForATest(1);
   wire.Name("a.test").RecordTail(16, 5, 200).U32(0);  // TXT claiming 200 bytes, 4 present
   EXPECT_FALSE(ParseDnsResponse(wire.bytes()).ok());
 }
 
 TEST(DnsMessageTest, AnswerCountLargerThanTheRecordsIsRefused) {
-  Wire wire;
-  wire.Header(1, kResponse, 1, 2, 0, 0).Question("a.test", kDnsTypeA);
+  Wire wire = ResponseForATest(2);
   wire.Name("a.test").A(5, 192, 0, 2, 1);
   EXPECT_FALSE(ParseDnsResponse(wire.bytes()).ok());
 }
@@ -363,8 +366,7 @@ TEST(DnsMessageTest, ResponseRules) {
 }
 
 TEST(DnsMessageTest, TtlWithTheTopBitSetCountsAsZero) {
-  Wire wire;
-  wire.Header(1, kResponse, 1, 1, 0, 0).Question("a.test", kDnsTypeA);
+  Wire wire = ResponseForATest(1);
   wire.Name("a.test").A(0x80000000, 192, 0, 2, 1);
   absl::StatusOr<DnsResponse> response = ParseDnsResponse(wire.bytes());
   ASSERT_TRUE(response.ok()) << response.status();
@@ -372,8 +374,7 @@ TEST(DnsMessageTest, TtlWithTheTopBitSetCountsAsZero) {
 }
 
 TEST(DnsMessageTest, OtherClassesAreIgnoredInAnswers) {
-  Wire wire;
-  wire.Header(1, kResponse, 1, 1, 0, 0).Question("a.test", kDnsTypeA);
+  Wire wire = ResponseForATest(1);
   wire.Name("a.test").U16(kDnsTypeA).U16(3).U32(5).U16(4).U32(0x7F000001);  // CHAOS
   absl::StatusOr<DnsResponse> response = ParseDnsResponse(wire.bytes());
   ASSERT_TRUE(response.ok()) << response.status();

@@ -1,5 +1,6 @@
 #include "sandbox/egress/rules.h"
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,22 @@ EgressRules Rules(const std::vector<std::string>& allowed,
   absl::StatusOr<EgressRules> rules = EgressRules::Parse(allowed, denied);
   EXPECT_TRUE(rules.ok()) << rules.status();
   return rules.ok() ? *rules : *EgressRules::Parse({}, {});
+}
+
+// A host and port, and what the rules must decide for them.
+struct DecideCase {
+  absl::string_view host;
+  uint16_t port;
+  bool allowed;
+  absl::string_view reason;
+};
+
+void ExpectDecisions(const EgressRules& rules, std::initializer_list<DecideCase> cases) {
+  for (const DecideCase& c : cases) {
+    Decision d = rules.Decide(Host(c.host), c.port);
+    EXPECT_EQ(d.allowed, c.allowed) << c.host << ":" << c.port;
+    EXPECT_EQ(d.reason, c.reason) << c.host << ":" << c.port;
+  }
 }
 
 TEST(EgressRulesTest, CreateRefusesBadEntriesNamingTheList) {
@@ -55,63 +72,40 @@ TEST(EgressRulesTest, CreateRefusesADenyListsPatternInTheAllowList) {
 
 TEST(EgressRulesTest, DecideWithWildcardsApexAndPorts) {
   EgressRules rules = Rules({"example.com", "*.pkg.example", "api.example.org:443", "192.0.2.7"});
-  struct Case {
-    absl::string_view host;
-    uint16_t port;
-    bool allowed;
-    absl::string_view reason;
-  } cases[] = {
-      {"example.com", 443, true, "allowed by \"example.com\""},
-      {"EXAMPLE.com.", 8080, true, "allowed by \"example.com\""},
-      {"www.example.com", 443, false, "not in allowedDomains"},
-      {"files.pkg.example", 443, true, "allowed by \"*.pkg.example\""},
-      {"a.b.pkg.example", 80, true, "allowed by \"*.pkg.example\""},
-      {"pkg.example", 443, false, "not in allowedDomains"},  // a wildcard is not the apex
-      {"evilpkg.example", 443, false, "not in allowedDomains"},
-      {"api.example.org", 443, true, "allowed by \"api.example.org:443\""},
-      {"api.example.org", 80, false, "not in allowedDomains"},
-      {"192.0.2.7", 80, true, "allowed by \"192.0.2.7\""},
-      {"0xc0.0.2.7", 80, true, "allowed by \"192.0.2.7\""},  // canonicalised first
-      {"3221225991", 80, true, "allowed by \"192.0.2.7\""},
-      {"192.0.2.8", 80, false, "not in allowedDomains"},
-      {"example.com.evil.net", 443, false, "not in allowedDomains"},
-  };
-  for (const auto& c : cases) {
-    Decision d = rules.Decide(Host(c.host), c.port);
-    EXPECT_EQ(d.allowed, c.allowed) << c.host << ":" << c.port;
-    EXPECT_EQ(d.reason, c.reason) << c.host << ":" << c.port;
-  }
+  ExpectDecisions(
+      rules, {{"example.com", 443, true, "allowed by \"example.com\""},
+              {"EXAMPLE.com.", 8080, true, "allowed by \"example.com\""},
+              {"www.example.com", 443, false, "not in allowedDomains"},
+              {"files.pkg.example", 443, true, "allowed by \"*.pkg.example\""},
+              {"a.b.pkg.example", 80, true, "allowed by \"*.pkg.example\""},
+              {"pkg.example", 443, false, "not in allowedDomains"},  // a wildcard is not the apex
+              {"evilpkg.example", 443, false, "not in allowedDomains"},
+              {"api.example.org", 443, true, "allowed by \"api.example.org:443\""},
+              {"api.example.org", 80, false, "not in allowedDomains"},
+              {"192.0.2.7", 80, true, "allowed by \"192.0.2.7\""},
+              {"0xc0.0.2.7", 80, true, "allowed by \"192.0.2.7\""},  // canonicalised first
+              {"3221225991", 80, true, "allowed by \"192.0.2.7\""},
+              {"192.0.2.8", 80, false, "not in allowedDomains"},
+              {"example.com.evil.net", 443, false, "not in allowedDomains"}});
 }
 
 TEST(EgressRulesTest, DenyBeatsAllow) {
   EgressRules rules = Rules({"*.example.com", "example.com"},
                             {"evil.example.com", "*.internal.example.com", "example.com:25"});
-  struct Case {
-    absl::string_view host;
-    uint16_t port;
-    bool allowed;
-    absl::string_view reason;
-  } cases[] = {
-      {"good.example.com", 443, true, "allowed by \"*.example.com\""},
-      {"evil.example.com", 443, false, "denied by deniedDomains entry \"evil.example.com\""},
-      {"Evil.Example.Com.", 80, false, "denied by deniedDomains entry \"evil.example.com\""},
-      {"sub.evil.example.com", 443, true, "allowed by \"*.example.com\""},
-      {"db.internal.example.com", 5432, false,
-       "denied by deniedDomains entry \"*.internal.example.com\""},
-      {"internal.example.com", 443, true, "allowed by \"*.example.com\""},
-      {"example.com", 25, false, "denied by deniedDomains entry \"example.com:25\""},
-      {"example.com", 587, true, "allowed by \"example.com\""},
-  };
-  for (const auto& c : cases) {
-    Decision d = rules.Decide(Host(c.host), c.port);
-    EXPECT_EQ(d.allowed, c.allowed) << c.host << ":" << c.port;
-    EXPECT_EQ(d.reason, c.reason) << c.host << ":" << c.port;
-  }
+  ExpectDecisions(
+      rules,
+      {{"good.example.com", 443, true, "allowed by \"*.example.com\""},
+       {"evil.example.com", 443, false, "denied by deniedDomains entry \"evil.example.com\""},
+       {"Evil.Example.Com.", 80, false, "denied by deniedDomains entry \"evil.example.com\""},
+       {"sub.evil.example.com", 443, true, "allowed by \"*.example.com\""},
+       {"db.internal.example.com", 5432, false,
+        "denied by deniedDomains entry \"*.internal.example.com\""},
+       {"internal.example.com", 443, true, "allowed by \"*.example.com\""},
+       {"example.com", 25, false, "denied by deniedDomains entry \"example.com:25\""},
+       {"example.com", 587, true, "allowed by \"example.com\""}});
 
-  EgressRules deny_all = Rules({"example.com"}, {"*"});
-  Decision d = deny_all.Decide(Host("example.com"), 443);
-  EXPECT_FALSE(d.allowed);
-  EXPECT_EQ(d.reason, "denied by deniedDomains entry \"*\"");
+  ExpectDecisions(Rules({"example.com"}, {"*"}),
+                  {{"example.com", 443, false, "denied by deniedDomains entry \"*\""}});
 }
 
 TEST(EgressRulesTest, Ipv6LiteralsAreDeniedSayingWhy) {
@@ -123,16 +117,12 @@ TEST(EgressRulesTest, Ipv6LiteralsAreDeniedSayingWhy) {
     EXPECT_FALSE(rules.DecideName(Host(raw)).allowed) << raw;
   }
   // An IPv4-mapped literal is the IPv4 address, so the IPv4 entry applies to it.
-  Decision mapped = rules.Decide(Host("[::ffff:127.0.0.1]"), 80);
-  EXPECT_TRUE(mapped.allowed);
-  EXPECT_EQ(mapped.reason, "allowed by \"127.0.0.1\"");
+  ExpectDecisions(rules, {{"[::ffff:127.0.0.1]", 80, true, "allowed by \"127.0.0.1\""}});
 }
 
 TEST(EgressRulesTest, NothingIsAllowedByEmptyLists) {
   EgressRules rules = Rules({});
-  Decision d = rules.Decide(Host("example.com"), 443);
-  EXPECT_FALSE(d.allowed);
-  EXPECT_EQ(d.reason, "not in allowedDomains");
+  ExpectDecisions(rules, {{"example.com", 443, false, "not in allowedDomains"}});
   EXPECT_FALSE(rules.DecideName(Host("example.com")).allowed);
 }
 

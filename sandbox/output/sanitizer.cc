@@ -268,6 +268,16 @@ void TerminalFilter::StepInvalid(unsigned char first, size_t len, std::string* o
   }
 }
 
+bool TerminalFilter::SequenceStep(uint32_t cp, uint32_t first_final) {
+  if (InRange(cp, 0x20, first_final - 1)) return true;  // parameter and intermediate bytes
+  if (InRange(cp, first_final, 0x7E)) {                 // final byte
+    state_ = State::kText;
+    return true;
+  }
+  state_ = cp == kEscape ? State::kEsc : State::kText;
+  return cp == kEscape;
+}
+
 void TerminalFilter::Step(uint32_t cp, absl::string_view bytes, std::string* out) {
   // Each case either consumes `cp` (return) or ends the sequence and hands `cp` to the new state
   // (continue), so a code point that cannot belong to a sequence is never lost or half-used.
@@ -295,22 +305,10 @@ void TerminalFilter::Step(uint32_t cp, absl::string_view bytes, std::string* out
         }
         return;
       case State::kEscIntermediate:
-        if (InRange(cp, 0x20, 0x2F)) return;
-        if (InRange(cp, 0x30, 0x7E)) {
-          state_ = State::kText;
-          return;
-        }
-        state_ = cp == kEscape ? State::kEsc : State::kText;
-        if (cp == kEscape) return;
+        if (SequenceStep(cp, /*first_final=*/0x30)) return;
         continue;
       case State::kCsi:
-        if (InRange(cp, 0x20, 0x3F)) return;  // parameter and intermediate bytes
-        if (InRange(cp, 0x40, 0x7E)) {        // final byte
-          state_ = State::kText;
-          return;
-        }
-        state_ = cp == kEscape ? State::kEsc : State::kText;
-        if (cp == kEscape) return;
+        if (SequenceStep(cp, /*first_final=*/0x40)) return;
         continue;
       case State::kString:
         if (cp == kEscape) {

@@ -125,6 +125,10 @@ class TerminalFilter {
   // Handles one decoded code point whose UTF-8 bytes are `bytes` (emitted only if it is text).
   void Step(uint32_t cp, absl::string_view bytes, std::string* out);
   void EmitText(uint32_t cp, absl::string_view bytes, std::string* out);
+  // In an ESC intermediate or CSI sequence, which 0x20..first_final-1 continue and
+  // first_final..0x7E end: returns whether `cp` is consumed. Any other code point ends the
+  // sequence and is handed to the new state, except ESC, which is consumed as a new sequence.
+  bool SequenceStep(uint32_t cp, uint32_t first_final);
   // An ill-formed UTF-8 unit of `len` bytes, the first being `first`.
   void StepInvalid(unsigned char first, size_t len, std::string* out);
 

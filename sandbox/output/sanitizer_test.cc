@@ -6,7 +6,10 @@
 #include <chrono>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "sandbox/testing/named_case.h"
 
 namespace moat::sandbox {
 namespace {
@@ -100,19 +103,13 @@ TEST(BoundedBufferTest, ZeroCapOnlyCounts) {
   EXPECT_TRUE(buffer.overflowed());
 }
 
-struct CleanCase {
-  std::string name;
-  std::string raw;
-  std::string expected;
-};
-
-void PrintTo(const CleanCase& c, std::ostream* os) { *os << c.name; }
+using CleanCase = testing::TextCase;
 
 class CleanTest : public ::testing::TestWithParam<CleanCase> {};
 
 TEST_P(CleanTest, RemovesControlsAndKeepsText) {
   const CleanCase& c = GetParam();
-  EXPECT_EQ(Clean(c.raw), c.expected);
+  EXPECT_EQ(Clean(c.input), c.expected);
 }
 
 // One byte at a time through the streaming filter gives the same text as the whole input at once.
@@ -120,7 +117,7 @@ TEST_P(CleanTest, StreamingByteByByteGivesTheSameText) {
   const CleanCase& c = GetParam();
   TerminalFilter filter;
   std::string streamed;
-  for (char byte : c.raw) streamed += filter.Filter(absl::string_view(&byte, 1));
+  for (char byte : c.input) streamed += filter.Filter(absl::string_view(&byte, 1));
   streamed += filter.Flush();
   EXPECT_EQ(streamed, c.expected);
 }
@@ -212,7 +209,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "b",
                   "a\xc2\xa0"
                   "b"}),
-    [](const ::testing::TestParamInfo<CleanCase>& info) { return info.param.name; });
+    testing::NameOf<CleanCase>);
 
 INSTANTIATE_TEST_SUITE_P(
     InvalidUtf8, CleanTest,
@@ -231,7 +228,7 @@ INSTANTIATE_TEST_SUITE_P(
                       CleanCase{"lone_continuation_a0_bf", "\xa0\xbf", kFffd + kFffd},
                       // A stray 0x80..0x9F is an 8-bit C1 control and is dropped, not replaced.
                       CleanCase{"lone_continuation_80_9f", "x\x80y", "xy"}),
-    [](const ::testing::TestParamInfo<CleanCase>& info) { return info.param.name; });
+    testing::NameOf<CleanCase>);
 
 TEST(PrintableRatioTest, CountsBytesOfPrintableCharacters) {
   EXPECT_DOUBLE_EQ(PrintableRatio(""), 1.0);
@@ -401,8 +398,8 @@ TEST(SanitizeOutputTest, AnyInputGivesValidUtf8WithoutControls) {
     for (char& c : raw) c = alphabet[rng() % alphabet.size()];
     options.max_bytes = 1 + rng() % 250;
     SanitizedText out = SanitizeOutput(raw, rng() % 2 == 0, options);
-    ASSERT_TRUE(IsValidUtf8(out.text)) << testing::PrintToString(raw);
-    ASSERT_TRUE(HasNoControls(out.text)) << testing::PrintToString(raw);
+    ASSERT_TRUE(IsValidUtf8(out.text)) << ::testing::PrintToString(raw);
+    ASSERT_TRUE(HasNoControls(out.text)) << ::testing::PrintToString(raw);
     ASSERT_LE(out.text.size(), options.max_bytes);
 
     std::string whole;
@@ -417,52 +414,47 @@ TEST(SanitizeOutputTest, AnyInputGivesValidUtf8WithoutControls) {
       pos += len;
     }
     streamed += chunked.Flush();
-    ASSERT_EQ(streamed, whole) << testing::PrintToString(raw);
-    ASSERT_TRUE(IsValidUtf8(whole) && HasNoControls(whole)) << testing::PrintToString(raw);
+    ASSERT_EQ(streamed, whole) << ::testing::PrintToString(raw);
+    ASSERT_TRUE(IsValidUtf8(whole) && HasNoControls(whole)) << ::testing::PrintToString(raw);
   }
 }
 
-TEST(TerminalFilterTest, CsiSplitOverChunks) {
+// Text fed to one filter in chunks, and what each chunk must give out at once.
+struct ChunkCase {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> chunks;  // {chunk, output}
+};
+
+void PrintTo(const ChunkCase& c, std::ostream* os) { *os << c.name; }
+
+class TerminalFilterChunkTest : public ::testing::TestWithParam<ChunkCase> {};
+
+TEST_P(TerminalFilterChunkTest, EachChunkGivesOutWhatItCompletes) {
   TerminalFilter filter;
-  EXPECT_EQ(filter.Filter("ab\x1b"), "ab");
-  EXPECT_EQ(filter.Filter("[3"), "");
-  EXPECT_EQ(filter.Filter("1mcd"), "cd");
+  for (const auto& [chunk, output] : GetParam().chunks) {
+    EXPECT_EQ(filter.Filter(chunk), output) << "chunk " << ::testing::PrintToString(chunk);
+  }
 }
 
-TEST(TerminalFilterTest, OscSplitInsideItsTerminator) {
-  TerminalFilter filter;
-  EXPECT_EQ(filter.Filter("\x1b]0;title\x1b"), "");
-  EXPECT_EQ(filter.Filter("\\after"), "after");
-}
-
-TEST(TerminalFilterTest, Utf8CharacterSplitOverChunksIsKept) {
-  TerminalFilter filter;
-  EXPECT_EQ(filter.Filter("x\xe6"), "x");
-  EXPECT_EQ(filter.Filter("\x97"), "");
-  EXPECT_EQ(filter.Filter("\xa5y"), "\xe6\x97\xa5y");
-  EXPECT_EQ(filter.Filter("\xf0\x9f"), "");
-  EXPECT_EQ(filter.Filter("\x8e\x89"), "\xf0\x9f\x8e\x89");
-}
-
-TEST(TerminalFilterTest, Utf8C1SplitOverChunksIsRemoved) {
-  TerminalFilter filter;
-  EXPECT_EQ(filter.Filter("a\xc2"), "a");
-  EXPECT_EQ(filter.Filter("\x9b"
-                          "31mb"),
-            "b");
-}
-
-TEST(TerminalFilterTest, BrokenCharacterSplitOverChunksIsReplaced) {
-  TerminalFilter filter;
-  EXPECT_EQ(filter.Filter("a\xe6\x97"), "a");
-  EXPECT_EQ(filter.Filter("b"), kFffd + "b");
-}
-
-TEST(TerminalFilterTest, CrLfSplitOverChunksIsOneNewline) {
-  TerminalFilter filter;
-  EXPECT_EQ(filter.Filter("a\r"), "a\n");
-  EXPECT_EQ(filter.Filter("\nb"), "b");
-}
+INSTANTIATE_TEST_SUITE_P(
+    SplitOverChunks, TerminalFilterChunkTest,
+    ::testing::Values(
+        ChunkCase{"csi", {{"ab\x1b", "ab"}, {"[3", ""}, {"1mcd", "cd"}}},
+        ChunkCase{"osc_inside_its_terminator", {{"\x1b]0;title\x1b", ""}, {"\\after", "after"}}},
+        ChunkCase{"utf8_character_is_kept",
+                  {{"x\xe6", "x"},
+                   {"\x97", ""},
+                   {"\xa5y", "\xe6\x97\xa5y"},
+                   {"\xf0\x9f", ""},
+                   {"\x8e\x89", "\xf0\x9f\x8e\x89"}}},
+        ChunkCase{"utf8_c1_is_removed",
+                  {{"a\xc2", "a"},
+                   {"\x9b"
+                    "31mb",
+                    "b"}}},
+        ChunkCase{"broken_character_is_replaced", {{"a\xe6\x97", "a"}, {"b", kFffd + "b"}}},
+        ChunkCase{"cr_lf_is_one_newline", {{"a\r", "a\n"}, {"\nb", "b"}}}),
+    testing::NameOf<ChunkCase>);
 
 TEST(TerminalFilterTest, FlushReplacesAPartialCharacterAndResets) {
   TerminalFilter filter;
@@ -519,7 +511,7 @@ TEST(LargeInputTest, AdversarialMebibytesFinishQuickly) {
     const auto start = std::chrono::steady_clock::now();
     SanitizedText out = SanitizeOutput(raw, true, options);
     const auto elapsed = std::chrono::steady_clock::now() - start;
-    EXPECT_LT(elapsed, std::chrono::milliseconds(500)) << testing::PrintToString(unit);
+    EXPECT_LT(elapsed, std::chrono::milliseconds(500)) << ::testing::PrintToString(unit);
     EXPECT_LE(out.text.size(), options.max_bytes);
     EXPECT_TRUE(IsValidUtf8(out.text));
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "sandbox/testing/named_case.h"
 
 namespace moat::sandbox {
 namespace {
@@ -35,13 +36,7 @@ const std::string kPem =
     "2yPB0P9FrUzWJcT7VgE4mL0b+Q==\n-----END RSA PRIVATE KEY-----";
 const std::string kAwsSecret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
 
-struct MaskCase {
-  std::string name;
-  std::string input;
-  std::string expected;
-};
-
-void PrintTo(const MaskCase& c, std::ostream* os) { *os << c.name; }
+using MaskCase = testing::TextCase;
 
 class MaskSecretsTest : public ::testing::TestWithParam<MaskCase> {};
 
@@ -117,7 +112,7 @@ INSTANTIATE_TEST_SUITE_P(
                  "postgres://app:[REDACTED:url_password]@db:5432/app"},
         MaskCase{"url_password_without_user", "redis://:s3cret@cache:6379",
                  "redis://:[REDACTED:url_password]@cache:6379"}),
-    [](const ::testing::TestParamInfo<MaskCase>& info) { return info.param.name; });
+    testing::NameOf<MaskCase>);
 
 // Near misses: text that resembles a secret but is not one stays as it is.
 INSTANTIATE_TEST_SUITE_P(
@@ -176,7 +171,7 @@ INSTANTIATE_TEST_SUITE_P(
         MaskCase{"prose",
                  "Ask the task runner: skip eyes, AWS access, authorization: none. xox ghost\n",
                  "Ask the task runner: skip eyes, AWS access, authorization: none. xox ghost\n"}),
-    [](const ::testing::TestParamInfo<MaskCase>& info) { return info.param.name; });
+    testing::NameOf<MaskCase>);
 
 TEST(FindSecretsTest, ReportsSpansInOrder) {
   const std::string text = "a AKIAIOSFODNN7EXAMPLE b https://u:pw@h c";
@@ -289,9 +284,7 @@ TEST_P(CutSecretTest, PrefixAloneShowsNothingAndIsKept) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryKind, CutSecretTest, ::testing::ValuesIn(CutCases()),
-                         [](const ::testing::TestParamInfo<CutCase>& info) {
-                           return info.param.name;
-                         });
+                         testing::NameOf<CutCase>);
 
 TEST(CutSecretTest, OnlyTheTokenAtTheVeryEndIsTreatedAsCut) {
   // "sk-abc1" in the middle is complete (it is followed by a space): a short word, not a key.

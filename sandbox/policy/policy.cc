@@ -125,59 +125,37 @@ absl::Status CheckNotRaised(const PolicyLayer& layer, absl::string_view key, con
 std::string FormatCount(uint64_t n) { return absl::StrCat(n); }
 std::string FormatCpus(double cpus) { return absl::StrCat(cpus); }
 
+// A limit `layer` may set (`value`, under `key`): it must pass `validate`, and for a project
+// layer not be above `*limit`, the value of the layers below; then it is in force.
+template <typename T, typename Validate, typename Format>
+absl::Status MergeLimit(const PolicyLayer& layer, bool project, absl::string_view key,
+                        const std::optional<T>& value, Validate validate, T* limit, Format format) {
+  if (!value) return absl::OkStatus();
+  if (absl::Status valid = validate(*value); !valid.ok()) {
+    return KeyError(layer, key, valid.message());
+  }
+  if (project) RETURN_IF_ERROR(CheckNotRaised(layer, key, *value, *limit, format));
+  *limit = *value;
+  return absl::OkStatus();
+}
+
 // Merges the limits of `layer` into `limits`.
 absl::Status MergeLimits(const PolicyLayer& layer, LayerTrust trust, Limits* limits) {
   const bool project = trust == LayerTrust::kProject;
-  auto check = [&](absl::string_view key, absl::Status valid) -> absl::Status {
-    if (valid.ok()) return valid;
-    return KeyError(layer, key, valid.message());
+  auto merge = [&](absl::string_view key, const auto& value, auto validate, auto* limit,
+                   auto format) {
+    return MergeLimit(layer, project, key, value, validate, limit, format);
   };
-  if (layer.memory_bytes) {
-    RETURN_IF_ERROR(check("limits.memory", ValidateMemory(*layer.memory_bytes)));
-    if (project) {
-      RETURN_IF_ERROR(CheckNotRaised(layer, "limits.memory", *layer.memory_bytes,
-                                     limits->memory_bytes, FormatSize));
-    }
-    limits->memory_bytes = *layer.memory_bytes;
-  }
-  if (layer.pids) {
-    RETURN_IF_ERROR(check("limits.pids", ValidatePids(*layer.pids)));
-    if (project) {
-      RETURN_IF_ERROR(CheckNotRaised(layer, "limits.pids", *layer.pids, limits->pids, FormatCount));
-    }
-    limits->pids = *layer.pids;
-  }
-  if (layer.cpus) {
-    RETURN_IF_ERROR(check("limits.cpus", ValidateCpus(*layer.cpus)));
-    if (project) {
-      RETURN_IF_ERROR(CheckNotRaised(layer, "limits.cpus", *layer.cpus, limits->cpus, FormatCpus));
-    }
-    limits->cpus = *layer.cpus;
-  }
-  if (layer.cpu_timeout) {
-    RETURN_IF_ERROR(check("limits.cpuTimeout", ValidateTimeout(*layer.cpu_timeout)));
-    if (project) {
-      RETURN_IF_ERROR(CheckNotRaised(layer, "limits.cpuTimeout", *layer.cpu_timeout,
-                                     limits->cpu_timeout, absl::FormatDuration));
-    }
-    limits->cpu_timeout = *layer.cpu_timeout;
-  }
-  if (layer.wall_timeout) {
-    RETURN_IF_ERROR(check("limits.wallTimeout", ValidateTimeout(*layer.wall_timeout)));
-    if (project) {
-      RETURN_IF_ERROR(CheckNotRaised(layer, "limits.wallTimeout", *layer.wall_timeout,
-                                     limits->wall_timeout, absl::FormatDuration));
-    }
-    limits->wall_timeout = *layer.wall_timeout;
-  }
-  if (layer.tmpfs_bytes) {
-    RETURN_IF_ERROR(check("limits.tmpfsSize", ValidateTmpfsSize(*layer.tmpfs_bytes)));
-    if (project) {
-      RETURN_IF_ERROR(CheckNotRaised(layer, "limits.tmpfsSize", *layer.tmpfs_bytes,
-                                     limits->tmpfs_bytes, FormatSize));
-    }
-    limits->tmpfs_bytes = *layer.tmpfs_bytes;
-  }
+  RETURN_IF_ERROR(merge("limits.memory", layer.memory_bytes, ValidateMemory, &limits->memory_bytes,
+                        FormatSize));
+  RETURN_IF_ERROR(merge("limits.pids", layer.pids, ValidatePids, &limits->pids, FormatCount));
+  RETURN_IF_ERROR(merge("limits.cpus", layer.cpus, ValidateCpus, &limits->cpus, FormatCpus));
+  RETURN_IF_ERROR(merge("limits.cpuTimeout", layer.cpu_timeout, ValidateTimeout,
+                        &limits->cpu_timeout, absl::FormatDuration));
+  RETURN_IF_ERROR(merge("limits.wallTimeout", layer.wall_timeout, ValidateTimeout,
+                        &limits->wall_timeout, absl::FormatDuration));
+  RETURN_IF_ERROR(merge("limits.tmpfsSize", layer.tmpfs_bytes, ValidateTmpfsSize,
+                        &limits->tmpfs_bytes, FormatSize));
   return absl::OkStatus();
 }
 
@@ -274,28 +252,12 @@ absl::Status MergeEgress(const PolicyLayer& layer, LayerTrust trust, Policy* pol
     }
     policy->dns_servers = std::move(servers);
   }
-  if (layer.max_request_body_bytes) {
-    constexpr absl::string_view kKey = "network.maxRequestBodyBytes";
-    if (absl::Status s = ValidateRequestBodyCap(*layer.max_request_body_bytes); !s.ok()) {
-      return KeyError(layer, kKey, s.message());
-    }
-    if (project) {
-      RETURN_IF_ERROR(CheckNotRaised(layer, kKey, *layer.max_request_body_bytes,
-                                     policy->egress.max_request_body_bytes, FormatSize));
-    }
-    policy->egress.max_request_body_bytes = *layer.max_request_body_bytes;
-  }
-  if (layer.requests_per_minute) {
-    constexpr absl::string_view kKey = "network.requestsPerMinute";
-    if (absl::Status s = ValidateRequestsPerMinute(*layer.requests_per_minute); !s.ok()) {
-      return KeyError(layer, kKey, s.message());
-    }
-    if (project) {
-      RETURN_IF_ERROR(CheckNotRaised(layer, kKey, *layer.requests_per_minute,
-                                     policy->egress.requests_per_minute, FormatCount));
-    }
-    policy->egress.requests_per_minute = *layer.requests_per_minute;
-  }
+  RETURN_IF_ERROR(MergeLimit(layer, project, "network.maxRequestBodyBytes",
+                             layer.max_request_body_bytes, ValidateRequestBodyCap,
+                             &policy->egress.max_request_body_bytes, FormatSize));
+  RETURN_IF_ERROR(MergeLimit(layer, project, "network.requestsPerMinute", layer.requests_per_minute,
+                             ValidateRequestsPerMinute, &policy->egress.requests_per_minute,
+                             FormatCount));
   if (layer.transparent) {
     if (project && *layer.transparent && !policy->transparent) {
       return WideningError(

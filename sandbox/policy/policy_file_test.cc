@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,6 +50,20 @@ void ExpectBothFail(absl::string_view yaml, absl::string_view json, absl::string
   ASSERT_FALSE(j.ok()) << json;
   EXPECT_THAT(Message(j.status()), HasSubstr(std::string(message))) << json;
   EXPECT_EQ(j.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A document both formats must refuse: `json` is `yaml` as JSON, `message` part of the error.
+struct BadDocument {
+  absl::string_view yaml;
+  absl::string_view json;
+  absl::string_view message;
+};
+
+void ExpectEachFails(std::initializer_list<BadDocument> documents) {
+  for (const BadDocument& d : documents) {
+    SCOPED_TRACE(d.yaml);
+    ExpectBothFail(d.yaml, d.json, d.message);
+  }
 }
 
 constexpr absl::string_view kFullYaml = R"(
@@ -160,25 +175,27 @@ TEST(ParsePolicyTextTest, EmptyDocumentsAndSectionsAreEmptyLayers) {
   EXPECT_TRUE(layer->allowed_domains->empty());
 }
 
+// The limits both documents of NumbersWorkAsNumbersAndAsStrings set.
+void ExpectTheNumbers(absl::string_view format, const PolicyLayer& layer) {
+  SCOPED_TRACE(format);
+  EXPECT_EQ(layer.memory_bytes, 536870912u);
+  EXPECT_EQ(layer.cpus, 2.0);
+  EXPECT_EQ(layer.cpu_timeout, absl::Seconds(30));
+  EXPECT_EQ(layer.wall_timeout, absl::Milliseconds(500));
+  EXPECT_EQ(layer.pids, 7u);
+}
+
 TEST(ParsePolicyTextTest, NumbersWorkAsNumbersAndAsStrings) {
   absl::StatusOr<PolicyLayer> yaml =
       Yaml("limits: {memory: 536870912, cpus: 2, cpuTimeout: 30, wallTimeout: 0.5, pids: 7}");
   ASSERT_TRUE(yaml.ok()) << yaml.status();
-  EXPECT_EQ(yaml->memory_bytes, 536870912u);
-  EXPECT_EQ(yaml->cpus, 2.0);
-  EXPECT_EQ(yaml->cpu_timeout, absl::Seconds(30));
-  EXPECT_EQ(yaml->wall_timeout, absl::Milliseconds(500));
-  EXPECT_EQ(yaml->pids, 7u);
+  ExpectTheNumbers("YAML", *yaml);
 
   absl::StatusOr<PolicyLayer> json = Json(
       R"({"limits": {"memory": 536870912, "cpus": 2, "cpuTimeout": 30, "wallTimeout": 0.5,
                      "pids": "7", "tmpfsSize": 1048576}})");
   ASSERT_TRUE(json.ok()) << json.status();
-  EXPECT_EQ(json->memory_bytes, 536870912u);
-  EXPECT_EQ(json->cpus, 2.0);
-  EXPECT_EQ(json->cpu_timeout, absl::Seconds(30));
-  EXPECT_EQ(json->wall_timeout, absl::Milliseconds(500));
-  EXPECT_EQ(json->pids, 7u);
+  ExpectTheNumbers("JSON", *json);
   EXPECT_EQ(json->tmpfs_bytes, 1u << 20);
 }
 
@@ -199,11 +216,7 @@ TEST(ParsePolicyTextTest, ListItemErrorsNameTheIndexAndLine) {
 }
 
 TEST(ParsePolicyTextTest, RejectsInvalidLimitValues) {
-  struct Case {
-    absl::string_view yaml;
-    absl::string_view json;
-    absl::string_view message;
-  } cases[] = {
+  ExpectEachFails({
       {"limits: {memory: 0}", R"({"limits": {"memory": 0}})", "above 0"},
       {"limits: {memory: -1}", R"({"limits": {"memory": -1}})", "invalid size"},
       {"limits: {memory: 1.5}", R"({"limits": {"memory": 1.5}})", "whole number"},
@@ -224,19 +237,11 @@ TEST(ParsePolicyTextTest, RejectsInvalidLimitValues) {
       {"limits: {wallTimeout: 1d}", R"({"limits": {"wallTimeout": "1d"}})", "invalid duration"},
       {"limits: {cpuTimeout: null}", R"({"limits": {"cpuTimeout": null}})",
        "must be a number or a string"},
-  };
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.yaml);
-    ExpectBothFail(c.yaml, c.json, c.message);
-  }
+  });
 }
 
 TEST(ParsePolicyTextTest, RejectsUnknownKeysAtEveryLevel) {
-  struct Case {
-    absl::string_view yaml;
-    absl::string_view json;
-    absl::string_view key;
-  } cases[] = {
+  ExpectEachFails({
       {"netwrok: {}", R"({"netwrok": {}})", "key \"netwrok\": unknown key"},
       {"network: {allowDomains: []}", R"({"network": {"allowDomains": []}})",
        "key \"network.allowDomains\": unknown key"},
@@ -246,19 +251,11 @@ TEST(ParsePolicyTextTest, RejectsUnknownKeysAtEveryLevel) {
        "key \"limits.memroy\": unknown key"},
       {"unsandboxedCommands: [docker]", R"({"unsandboxedCommands": ["docker"]})",
        "key \"unsandboxedCommands\": unknown key"},
-  };
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.yaml);
-    ExpectBothFail(c.yaml, c.json, c.key);
-  }
+  });
 }
 
 TEST(ParsePolicyTextTest, RejectsWrongShapes) {
-  struct Case {
-    absl::string_view yaml;
-    absl::string_view json;
-    absl::string_view message;
-  } cases[] = {
+  ExpectEachFails({
       {"[1, 2]", "[1, 2]", "the top level must be a mapping"},
       {"just text", R"("just text")", "the top level must be a mapping"},
       {"network: [a.com]", R"({"network": ["a.com"]})", "key \"network\": must be a mapping"},
@@ -276,11 +273,7 @@ TEST(ParsePolicyTextTest, RejectsWrongShapes) {
        "must be true or false"},
       {"filesystem: {hideHome: True}", R"({"filesystem": {"hideHome": 1}})",
        "must be true or false"},
-  };
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.yaml);
-    ExpectBothFail(c.yaml, c.json, c.message);
-  }
+  });
 }
 
 TEST(ParsePolicyTextTest, ResolvesHomeAndRelativePaths) {
@@ -294,11 +287,7 @@ filesystem:
 }
 
 TEST(ParsePolicyTextTest, RejectsBadPaths) {
-  struct Case {
-    absl::string_view yaml;
-    absl::string_view json;
-    absl::string_view message;
-  } cases[] = {
+  ExpectEachFails({
       {"filesystem: {denyRead: [\"\"]}", R"({"filesystem": {"denyRead": [""]}})", "empty"},
       {"filesystem: {allowWrite: [\"*.py\"]}", R"({"filesystem": {"allowWrite": ["*.py"]}})",
        "glob patterns are only for filesystem.denyRead and filesystem.denyWrite"},
@@ -310,11 +299,7 @@ TEST(ParsePolicyTextTest, RejectsBadPaths) {
        "\"~user\" is not supported"},
       {"filesystem: {denyRead: [\"a\\x01b\"]}", R"({"filesystem": {"denyRead": ["a\u0001b"]}})",
        "control byte"},
-  };
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.yaml);
-    ExpectBothFail(c.yaml, c.json, c.message);
-  }
+  });
   // JSON can carry a NUL inside a string; it must not truncate the path silently.
   absl::Status nul = Json(R"({"filesystem": {"denyRead": ["/etc/shadow\u0000.txt"]}})").status();
   EXPECT_THAT(Message(nul), HasSubstr("NUL"));
@@ -444,34 +429,38 @@ TEST(ParsePolicyTextTest, CompatKeysMustHaveTheirShape) {
 }
 
 TEST(ParsePolicyTextTest, DomainListsUseAllowAndDenyRules) {
-  ExpectBothFail("network: {allowedDomains: [\"*\"]}", R"({"network": {"allowedDomains": ["*"]}})",
-                 "not allowed in an allow list");
-  ExpectBothFail("network: {allowedDomains: [\"*.com\"]}",
-                 R"({"network": {"allowedDomains": ["*.com"]}})", "too broad");
-  ExpectBothFail("network: {allowedDomains: [\"https://a.com\"]}",
-                 R"({"network": {"allowedDomains": ["https://a.com"]}})", "URL");
-  ExpectBothFail("network: {deniedDomains: [\"a..com\"]}",
-                 R"({"network": {"deniedDomains": ["a..com"]}})", "empty label");
+  ExpectEachFails({
+      {"network: {allowedDomains: [\"*\"]}", R"({"network": {"allowedDomains": ["*"]}})",
+       "not allowed in an allow list"},
+      {"network: {allowedDomains: [\"*.com\"]}", R"({"network": {"allowedDomains": ["*.com"]}})",
+       "too broad"},
+      {"network: {allowedDomains: [\"https://a.com\"]}",
+       R"({"network": {"allowedDomains": ["https://a.com"]}})", "URL"},
+      {"network: {deniedDomains: [\"a..com\"]}", R"({"network": {"deniedDomains": ["a..com"]}})",
+       "empty label"},
+  });
   EXPECT_TRUE(Yaml("network: {deniedDomains: [\"*\", \"*.com\"]}").ok());
 }
 
 TEST(ParsePolicyTextTest, RejectsInvalidEgressValues) {
-  ExpectBothFail("network: {allowedCidrs: [10.0.0.1/8]}",
-                 R"({"network": {"allowedCidrs": ["10.0.0.1/8"]}})", "network.allowedCidrs[0]");
-  ExpectBothFail("network: {allowedCidrs: [not-an-address]}",
-                 R"({"network": {"allowedCidrs": ["not-an-address"]}})", "network.allowedCidrs");
-  ExpectBothFail("network: {dnsServers: [\"1.2.3.4:0\"]}",
-                 R"({"network": {"dnsServers": ["1.2.3.4:0"]}})", "network.dnsServers[0]");
-  ExpectBothFail("network: {dnsServers: [dns.google]}",
-                 R"({"network": {"dnsServers": ["dns.google"]}})", "network.dnsServers[0]");
-  ExpectBothFail("network: {maxRequestBodyBytes: 0}", R"({"network": {"maxRequestBodyBytes": 0}})",
-                 "network.maxRequestBodyBytes");
-  ExpectBothFail("network: {requestsPerMinute: 1.5}", R"({"network": {"requestsPerMinute": 1.5}})",
-                 "network.requestsPerMinute");
-  ExpectBothFail("network: {requestsPerMinute: 0}", R"({"network": {"requestsPerMinute": 0}})",
-                 "network.requestsPerMinute");
-  ExpectBothFail("network: {transparent: yes}", R"({"network": {"transparent": "yes"}})",
-                 "network.transparent");
+  ExpectEachFails({
+      {"network: {allowedCidrs: [10.0.0.1/8]}", R"({"network": {"allowedCidrs": ["10.0.0.1/8"]}})",
+       "network.allowedCidrs[0]"},
+      {"network: {allowedCidrs: [not-an-address]}",
+       R"({"network": {"allowedCidrs": ["not-an-address"]}})", "network.allowedCidrs"},
+      {"network: {dnsServers: [\"1.2.3.4:0\"]}", R"({"network": {"dnsServers": ["1.2.3.4:0"]}})",
+       "network.dnsServers[0]"},
+      {"network: {dnsServers: [dns.google]}", R"({"network": {"dnsServers": ["dns.google"]}})",
+       "network.dnsServers[0]"},
+      {"network: {maxRequestBodyBytes: 0}", R"({"network": {"maxRequestBodyBytes": 0}})",
+       "network.maxRequestBodyBytes"},
+      {"network: {requestsPerMinute: 1.5}", R"({"network": {"requestsPerMinute": 1.5}})",
+       "network.requestsPerMinute"},
+      {"network: {requestsPerMinute: 0}", R"({"network": {"requestsPerMinute": 0}})",
+       "network.requestsPerMinute"},
+      {"network: {transparent: yes}", R"({"network": {"transparent": "yes"}})",
+       "network.transparent"},
+  });
 }
 
 TEST(ParseJsonPolicyTreeTest, ReportsSyntaxErrorsWithLine) {

@@ -40,16 +40,40 @@ PolicyLayer Layer(const std::string& source) {
 
 constexpr absl::string_view kProject = "/repo/.moat/policy.yaml";
 
+// Sets every limit of `layer` to its value in `limits`.
+void SetEveryLimit(const Limits& limits, PolicyLayer* layer) {
+  layer->memory_bytes = limits.memory_bytes;
+  layer->pids = limits.pids;
+  layer->cpus = limits.cpus;
+  layer->cpu_timeout = limits.cpu_timeout;
+  layer->wall_timeout = limits.wall_timeout;
+  layer->tmpfs_bytes = limits.tmpfs_bytes;
+}
+
+// Limit by limit, so that a failure names the limit that differs.
+void ExpectLimits(const Limits& got, const Limits& want) {
+  EXPECT_EQ(got.memory_bytes, want.memory_bytes);
+  EXPECT_EQ(got.pids, want.pids);
+  EXPECT_EQ(got.cpus, want.cpus);
+  EXPECT_EQ(got.cpu_timeout, want.cpu_timeout);
+  EXPECT_EQ(got.wall_timeout, want.wall_timeout);
+  EXPECT_EQ(got.tmpfs_bytes, want.tmpfs_bytes);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Paths
 
 TEST(NormalizeAbsolutePathTest, IsLexical) {
-  EXPECT_EQ(NormalizeAbsolutePath("/"), "/");
-  EXPECT_EQ(NormalizeAbsolutePath("//a//b/"), "/a/b");
-  EXPECT_EQ(NormalizeAbsolutePath("/a/./b/../c"), "/a/c");
-  EXPECT_EQ(NormalizeAbsolutePath("/../../x"), "/x");
-  EXPECT_EQ(NormalizeAbsolutePath("/a/b/../.."), "/");
-  EXPECT_EQ(NormalizeAbsolutePath("/a/..b/.c"), "/a/..b/.c");
+  struct Case {
+    absl::string_view path;
+    absl::string_view normalised;
+  } cases[] = {
+      {"/", "/"},         {"//a//b/", "/a/b"}, {"/a/./b/../c", "/a/c"},
+      {"/../../x", "/x"}, {"/a/b/../..", "/"}, {"/a/..b/.c", "/a/..b/.c"},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(NormalizeAbsolutePath(c.path), c.normalised) << c.path;
+  }
 }
 
 TEST(IsPathUnderTest, ComparesWholeComponents) {
@@ -118,22 +142,18 @@ TEST(ApplyLayerTest, TrustedLayerReplacesAllowListsAndLimits) {
   PolicyLayer layer = Layer("/home/u/.config/moat/policy.yaml");
   layer.allowed_domains = {{"B.com", "*.c.com:443"}};
   layer.allow_write = {{"/new", "/new2/"}};
-  layer.memory_bytes = 2ull << 30;
-  layer.pids = 1000;
-  layer.cpus = 4;
-  layer.cpu_timeout = absl::Minutes(5);
-  layer.wall_timeout = absl::Minutes(10);
-  layer.tmpfs_bytes = 1ull << 30;
+  const Limits limits{.memory_bytes = 2ull << 30,
+                      .pids = 1000,
+                      .cpus = 4,
+                      .cpu_timeout = absl::Minutes(5),
+                      .wall_timeout = absl::Minutes(10),
+                      .tmpfs_bytes = 1ull << 30};
+  SetEveryLimit(limits, &layer);
   layer.hide_home = false;
   ASSERT_TRUE(ApplyLayer(layer, LayerTrust::kTrusted, &policy).ok());
   EXPECT_THAT(Texts(policy.allowed_domains), ElementsAre("b.com", "*.c.com:443"));
   EXPECT_THAT(policy.allow_write, ElementsAre("/new", "/new2"));
-  EXPECT_EQ(policy.limits.memory_bytes, 2ull << 30);
-  EXPECT_EQ(policy.limits.pids, 1000u);
-  EXPECT_EQ(policy.limits.cpus, 4.0);
-  EXPECT_EQ(policy.limits.cpu_timeout, absl::Minutes(5));
-  EXPECT_EQ(policy.limits.wall_timeout, absl::Minutes(10));
-  EXPECT_EQ(policy.limits.tmpfs_bytes, 1ull << 30);
+  ExpectLimits(policy.limits, limits);
   EXPECT_FALSE(policy.hide_home);
   EXPECT_THAT(policy.sources, ElementsAre("/home/u/.config/moat/policy.yaml"));
 }
@@ -264,19 +284,16 @@ Policy TrustedBase() {
 TEST(ApplyLayerProjectTest, MayLowerEveryLimit) {
   Policy policy = TrustedBase();
   PolicyLayer layer = Layer(std::string(kProject));
-  layer.memory_bytes = 128ull << 20;
-  layer.pids = 64;
-  layer.cpus = 0.5;
-  layer.cpu_timeout = absl::Seconds(5);
-  layer.wall_timeout = absl::Seconds(10);
-  layer.tmpfs_bytes = 16ull << 20;
+  // Every limit below its default, which TrustedBase keeps.
+  const Limits lower{.memory_bytes = 128ull << 20,       // default 512M
+                     .pids = 64,                         // default 256
+                     .cpus = 0.5,                        // default 1
+                     .cpu_timeout = absl::Seconds(5),    // default 30s
+                     .wall_timeout = absl::Seconds(10),  // default 60s
+                     .tmpfs_bytes = 16ull << 20};        // default 64M
+  SetEveryLimit(lower, &layer);
   ASSERT_TRUE(ApplyLayer(layer, LayerTrust::kProject, &policy).ok());
-  EXPECT_EQ(policy.limits.memory_bytes, 128ull << 20);
-  EXPECT_EQ(policy.limits.pids, 64u);
-  EXPECT_EQ(policy.limits.cpus, 0.5);
-  EXPECT_EQ(policy.limits.cpu_timeout, absl::Seconds(5));
-  EXPECT_EQ(policy.limits.wall_timeout, absl::Seconds(10));
-  EXPECT_EQ(policy.limits.tmpfs_bytes, 16ull << 20);
+  ExpectLimits(policy.limits, lower);
   // Equal values are not an increase.
   PolicyLayer same = Layer(std::string(kProject));
   same.memory_bytes = 128ull << 20;
@@ -309,12 +326,7 @@ TEST(ApplyLayerProjectTest, MayNotRaiseAnyLimit) {
     EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << c.message;
     EXPECT_THAT(Message(status),
                 HasSubstr(absl::StrCat("policy file \"", kProject, "\": ", c.message)));
-    EXPECT_EQ(policy.limits.memory_bytes, before.limits.memory_bytes);
-    EXPECT_EQ(policy.limits.pids, before.limits.pids);
-    EXPECT_EQ(policy.limits.cpus, before.limits.cpus);
-    EXPECT_EQ(policy.limits.cpu_timeout, before.limits.cpu_timeout);
-    EXPECT_EQ(policy.limits.wall_timeout, before.limits.wall_timeout);
-    EXPECT_EQ(policy.limits.tmpfs_bytes, before.limits.tmpfs_bytes);
+    ExpectLimits(policy.limits, before.limits);
   }
 }
 
@@ -502,12 +514,12 @@ TEST(ApplyLayerProjectTest, MayNarrowEgressButNotWidenIt) {
 
 TEST(DefaultPolicyTest, IsClosedByDefault) {
   Policy policy = DefaultPolicy(PathContext{.home = "/home/u", .cwd = "/repo"});
-  EXPECT_EQ(policy.limits.memory_bytes, 512ull << 20);
-  EXPECT_EQ(policy.limits.pids, 256u);
-  EXPECT_EQ(policy.limits.cpus, 1.0);
-  EXPECT_EQ(policy.limits.cpu_timeout, absl::Seconds(30));
-  EXPECT_EQ(policy.limits.wall_timeout, absl::Seconds(60));
-  EXPECT_EQ(policy.limits.tmpfs_bytes, 64ull << 20);
+  ExpectLimits(policy.limits, {.memory_bytes = 512ull << 20,
+                               .pids = 256,
+                               .cpus = 1.0,
+                               .cpu_timeout = absl::Seconds(30),
+                               .wall_timeout = absl::Seconds(60),
+                               .tmpfs_bytes = 64ull << 20});
   EXPECT_THAT(policy.allowed_domains, IsEmpty());
   EXPECT_THAT(policy.allow_write, IsEmpty());
   EXPECT_TRUE(policy.hide_home);

@@ -6,6 +6,7 @@
 
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/string_view.h"
@@ -16,45 +17,34 @@
 
 namespace moat::sandbox::testing {
 
+// Each text parsed by `parse` (a callable returning absl::StatusOr<T>), in order.
+template <typename T, typename Parse>
+std::vector<T> ParseEach(std::initializer_list<absl::string_view> texts, Parse parse) {
+  std::vector<T> out;
+  for (absl::string_view text : texts) {
+    absl::StatusOr<T> value = parse(text);
+    if (value.ok()) {
+      out.push_back(*std::move(value));
+    } else {
+      ADD_FAILURE() << text << ": " << value.status();
+    }
+  }
+  return out;
+}
+
 inline std::vector<DomainPattern> Domains(
     std::initializer_list<absl::string_view> texts,
     DomainPattern::ListKind kind = DomainPattern::ListKind::kAllow) {
-  std::vector<DomainPattern> out;
-  for (absl::string_view text : texts) {
-    absl::StatusOr<DomainPattern> pattern = DomainPattern::Parse(text, kind);
-    if (pattern.ok()) {
-      out.push_back(*std::move(pattern));
-    } else {
-      ADD_FAILURE() << text << ": " << pattern.status();
-    }
-  }
-  return out;
+  return ParseEach<DomainPattern>(
+      texts, [kind](absl::string_view text) { return DomainPattern::Parse(text, kind); });
 }
 
 inline std::vector<egress::Cidr> Cidrs(std::initializer_list<absl::string_view> texts) {
-  std::vector<egress::Cidr> out;
-  for (absl::string_view text : texts) {
-    absl::StatusOr<egress::Cidr> cidr = egress::Cidr::Parse(text);
-    if (cidr.ok()) {
-      out.push_back(*cidr);
-    } else {
-      ADD_FAILURE() << text << ": " << cidr.status();
-    }
-  }
-  return out;
+  return ParseEach<egress::Cidr>(texts, &egress::Cidr::Parse);
 }
 
 inline std::vector<egress::DnsServer> DnsServers(std::initializer_list<absl::string_view> texts) {
-  std::vector<egress::DnsServer> out;
-  for (absl::string_view text : texts) {
-    absl::StatusOr<egress::DnsServer> server = egress::ParseDnsServer(text);
-    if (server.ok()) {
-      out.push_back(*server);
-    } else {
-      ADD_FAILURE() << text << ": " << server.status();
-    }
-  }
-  return out;
+  return ParseEach<egress::DnsServer>(texts, &egress::ParseDnsServer);
 }
 
 // The normalised texts of a list of values, in order.
