@@ -51,7 +51,8 @@ TEST_F(ApprovalQueueTest, AnApprovedCommandIsReleased) {
 TEST_F(ApprovalQueueTest, AnUnknownIdIsQuotedInTheError) {
   absl::Status unknown = queue_.Decide("h\"\n[error] forged", true, "admin", "").status();
   EXPECT_TRUE(absl::IsNotFound(unknown)) << unknown;
-  EXPECT_THAT(unknown.message(), HasSubstr(R"(no pending approval "h\"\n[error] forged" ()"));
+  EXPECT_THAT(std::string(unknown.message()),
+              HasSubstr(R"(no pending approval "h\"\n[error] forged" ()"));
 }
 
 TEST_F(ApprovalQueueTest, ARejectedCommandIsRefusedWithTheReason) {
