@@ -7,6 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "util/testing/temp_dir.h"
 
 namespace moat::bench {
 namespace {
@@ -15,21 +16,13 @@ using ::testing::HasSubstr;
 
 class CrunConfigTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char dir[] = "/tmp/crun_config_test.XXXXXX";
-    ASSERT_NE(::mkdtemp(dir), nullptr);
-    dir_ = dir;
-  }
-  void TearDown() override {
-    for (const char* f : {"/config.json", "/out.json"}) ::unlink((dir_ + f).c_str());
-    ::rmdir(dir_.c_str());
-  }
   void WriteTemplate(const std::string& text) { std::ofstream(dir_ + "/config.json") << text; }
   nlohmann::json ReadOut() {
     std::ifstream in(dir_ + "/out.json");
     return nlohmann::json::parse(in);
   }
-  std::string dir_;
+  ScopedTempDir tmp_{"crun_config_test", "/tmp"};
+  const std::string dir_ = tmp_.path();
 };
 
 TEST_F(CrunConfigTest, ReplacesArgsAndTerminalKeepsTheRest) {

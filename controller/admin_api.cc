@@ -10,6 +10,7 @@
 #include "nlohmann/json.hpp"
 #include "util/http/reply.h"
 #include "util/log.h"
+#include "util/quote.h"
 #include "util/status_macros.h"
 #include "util/strict_json.h"
 #include "util/token.h"
@@ -59,8 +60,8 @@ absl::StatusOr<TenantQuota> ParseQuota(const json& j) {
       ASSIGN_OR_RETURN(q.creates_per_minute, number(key, value, 1'000'000, /*whole=*/false));
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
-          "unknown quota field \"", key,
-          "\"; use max_sandboxes, max_cpu (cores), max_memory (bytes), creates_per_minute"));
+          "unknown quota field ", QuoteForMessage(key),
+          "; use max_sandboxes, max_cpu (cores), max_memory (bytes), creates_per_minute"));
     }
   }
   return q;

@@ -10,6 +10,7 @@
 #include "controller/lifecycle_json.h"
 #include "nlohmann/json.hpp"
 #include "util/log.h"
+#include "util/quote.h"
 #include "util/status_macros.h"
 #include "util/token.h"
 
@@ -388,8 +389,8 @@ absl::Status SandboxManager::StartEntrypoint(Sandbox& s) {
   }
   if (checked->status == "exited" && checked->exit_code.value_or(-1) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "\"entrypoint\": \"", s.entrypoint[0],
-        "\" is not a program the sandbox can run (not in its PATH, or not an executable file); "
+        "\"entrypoint\": ", QuoteForMessage(s.entrypoint[0]),
+        " is not a program the sandbox can run (not in its PATH, or not an executable file); "
         "give one its image has, e.g. [\"tail\", \"-f\", \"/dev/null\"]"));
   }
   if (checked->status != "exited") {
@@ -488,7 +489,7 @@ absl::StatusOr<Sandbox> SandboxManager::Get(const std::string& tenant,
   absl::MutexLock lock(&mu_);
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end() || it->second.tenant != tenant) {
-    return absl::NotFoundError(absl::StrCat("no sandbox \"", id, "\""));
+    return absl::NotFoundError(absl::StrCat("no sandbox ", QuoteForMessage(id)));
   }
   return it->second;
 }
@@ -499,7 +500,8 @@ absl::StatusOr<Sandbox> SandboxManager::GetForToken(const std::string& id,
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end() || it->second.agent_token.empty() ||
       !ConstantTimeEquals(token, it->second.agent_token)) {
-    return absl::NotFoundError(absl::StrCat("no sandbox \"", id, "\" with this token"));
+    return absl::NotFoundError(
+        absl::StrCat("no sandbox ", QuoteForMessage(id), " with this token"));
   }
   return it->second;
 }
@@ -612,7 +614,7 @@ void SandboxManager::NodeLost(const std::string& node) {
       if (s.node != node || !OnNode(s)) continue;
       s.state = "Failed";
       s.reason = "NODE_LOST";
-      s.message = absl::StrCat("node \"", node, "\" stopped sending heartbeats");
+      s.message = absl::StrCat("node ", QuoteForMessage(node), " stopped sending heartbeats");
       s.last_transition = clock_->Now();
       failed.push_back(s);
     }
@@ -660,7 +662,7 @@ absl::Status SandboxManager::Reconcile(const std::string& node) {
       if (s.node == node && OnNode(s) && !on_agent.contains(s.agent_id)) {
         s.state = "Failed";
         s.reason = "SANDBOX_MISSING";
-        s.message = absl::StrCat("node \"", node, "\" no longer runs the sandbox");
+        s.message = absl::StrCat("node ", QuoteForMessage(node), " no longer runs the sandbox");
         s.last_transition = clock_->Now();
         missing.push_back(s);
       }
@@ -734,7 +736,7 @@ absl::StatusOr<Sandbox> SandboxManager::Freeze(const std::string& tenant, const 
     absl::MutexLock lock(&mu_);
     auto it = sandboxes_.find(id);
     if (it == sandboxes_.end() || it->second.tenant != tenant) {
-      return absl::NotFoundError(absl::StrCat("no sandbox \"", id, "\""));
+      return absl::NotFoundError(absl::StrCat("no sandbox ", QuoteForMessage(id)));
     }
     if (it->second.state != from) {
       return absl::FailedPreconditionError(absl::StrCat("the sandbox is ", it->second.state,
@@ -799,8 +801,8 @@ std::vector<std::string> SandboxManager::EndDrained(const std::string& node) {
       if (s.node != node || !OnNode(s)) continue;
       s.state = "Failed";
       s.reason = "NODE_DRAINED";
-      s.message = absl::StrCat(
-          "node \"", node, "\" was drained; create the sandbox again (it goes to another node)");
+      s.message = absl::StrCat("node ", QuoteForMessage(node),
+                               " was drained; create the sandbox again (it goes to another node)");
       s.last_transition = clock_->Now();
       ending.push_back(s);
     }

@@ -79,6 +79,17 @@ TEST_F(SandboxManagerTest, OtherTenantsSeeNothing) {
   EXPECT_EQ(m->List("acme").size(), 1u);
 }
 
+// A client's id is quoted and escaped in the error (util/quote.h): a newline or a quote in it
+// cannot forge a log line or end the quoted id early.
+TEST_F(SandboxManagerTest, AnUnknownIdIsQuotedInTheError) {
+  auto m = Manager();
+  const std::string forged = "a\"\n[error] forged";
+  EXPECT_EQ(m->Get("acme", forged).status(),
+            absl::NotFoundError(R"(no sandbox "a\"\n[error] forged")"));
+  EXPECT_EQ(m->GetForToken(forged, "token").status(),
+            absl::NotFoundError(R"(no sandbox "a\"\n[error] forged" with this token)"));
+}
+
 TEST_F(SandboxManagerTest, AFailingAgentIsRetriedOnAnotherNode) {
   agents_.SetFailing("http://n1", true);
   agents_.SetFailing("http://n2", true);

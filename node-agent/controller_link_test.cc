@@ -14,8 +14,8 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "node-agent/testing/temp_dir.h"
 #include "util/join_auth.h"
+#include "util/testing/temp_dir.h"
 #include "util/testing/test_ca.h"
 
 namespace moat::agent {
@@ -192,7 +192,7 @@ class ControllerLinkTlsTest : public ::testing::Test {
     ASSERT_TRUE(ca.ok()) << ca.status();
     ca_ = *ca;
   }
-  testing::ScopedTempDir dir_;
+  ScopedTempDir dir_;
   moat::testing::TestCa ca_;
 };
 

@@ -6,7 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "node-agent/backend/fake_backend.h"
-#include "node-agent/testing/temp_dir.h"
+#include "util/testing/temp_dir.h"
 
 namespace moat::agent {
 namespace {
@@ -35,7 +35,7 @@ AgentConfig TestConfig(const std::string& policy_path) {
 
 class ServiceTest : public ::testing::Test {
  protected:
-  testing::ScopedTempDir dir_;  // First: the config below writes its policy file in it.
+  ScopedTempDir dir_;  // First: the config below writes its policy file in it.
   std::string policy_path_ = dir_.File("service_test_policy.yaml");
   AgentConfig config_ = TestConfig(policy_path_);
   FakeClock clock_;

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "util/testing/temp_dir.h"
+
 namespace moat::sandbox {
 namespace {
 
@@ -17,13 +19,6 @@ using ::testing::Not;
 
 class HostViewTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    // Not under /tmp, which the sandbox has of its own: homes there need no hiding.
-    char tmpl[] = "/var/lib/moat-host-view-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
   std::string Make(const std::string& rel, bool is_dir = true) {
     std::string path = dir_ + "/" + rel;
     std::system(("mkdir -p '" + (is_dir ? path : path.substr(0, path.rfind('/'))) + "'").c_str());
@@ -38,7 +33,9 @@ class HostViewTest : public ::testing::Test {
     host.proc_net_unix = proc_net_unix;
     return host;
   }
-  std::string dir_;
+  // Not under /tmp, which the sandbox has of its own: homes there need no hiding.
+  ScopedTempDir tmp_{"moat-host-view", "/var/lib"};
+  const std::string dir_ = tmp_.path();
 };
 
 TEST_F(HostViewTest, ParsesPathSocketsFromProcNetUnix) {

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "util/testing/temp_dir.h"
 #include "util/unique_fd.h"
 
 namespace moat {
@@ -23,19 +24,17 @@ namespace fs = std::filesystem;
 class RemoveTreeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char dir[] = "/var/tmp/remove_tree_test.XXXXXX";
-    ASSERT_NE(::mkdtemp(dir), nullptr);
-    base_ = dir;
     fd_.reset(::open(base_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     ASSERT_TRUE(fd_.valid());
   }
   void TearDown() override {
     fd_.reset();
     if (!mount_.empty()) ::umount2(mount_.c_str(), MNT_DETACH);
-    fs::remove_all(base_);
   }
 
-  std::string base_, mount_;
+  ScopedTempDir tmp_{"remove_tree_test", "/var/tmp"};
+  const std::string base_ = tmp_.path();
+  std::string mount_;
   UniqueFd fd_;
 };
 

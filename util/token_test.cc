@@ -8,7 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "node-agent/testing/temp_dir.h"
+#include "util/testing/temp_dir.h"
 
 namespace moat {
 namespace {
@@ -24,7 +24,7 @@ class TokenFileTest : public ::testing::Test {
     return path;
   }
 
-  agent::testing::ScopedTempDir dir_;  // Removed with what the test wrote.
+  ScopedTempDir dir_;  // Removed with what the test wrote.
 };
 
 TEST_F(TokenFileTest, ReadsThePrivateFilesFirstLine) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "util/log.h"
+#include "util/quote.h"
 #include "util/status_macros.h"
 #include "util/token.h"
 
@@ -181,7 +182,7 @@ absl::StatusOr<Approval> ApprovalQueue::Submit(const std::string& tenant,
     }
     if (mine >= max_pending_) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "tenant \"", tenant, "\" already has ", mine,
+          "tenant ", QuoteForMessage(tenant), " already has ", mine,
           " command(s) waiting for approval (precheck.max_pending); wait for a decision"));
     }
     approvals_[a.id] = a;
@@ -242,8 +243,8 @@ absl::StatusOr<Approval> ApprovalQueue::Decide(const std::string& id, bool appro
     absl::MutexLock lock(&mu_);
     auto it = approvals_.find(id);
     if (it == approvals_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("no pending approval \"", id, "\" (decided, timed out, or never held)"));
+      return absl::NotFoundError(absl::StrCat("no pending approval ", QuoteForMessage(id),
+                                              " (decided, timed out, or never held)"));
     }
     if (it->second.state != kPendingApproval) {
       return absl::FailedPreconditionError(

@@ -12,6 +12,7 @@
 #include "controller/testing/etcd_cluster.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "util/testing/temp_dir.h"
 
 namespace moat::controller::precheck {
 namespace {
@@ -43,6 +44,15 @@ TEST_F(ApprovalQueueTest, AnApprovedCommandIsReleased) {
   EXPECT_EQ(queue_.Counts().approved, 1);
   EXPECT_EQ(queue_.Counts().pending, 0);
   EXPECT_TRUE(absl::IsNotFound(queue_.Decide(a->id, false, "admin", "").status()));
+}
+
+// A client's id is quoted and escaped in the error (util/quote.h): a newline or a quote in it
+// cannot forge a log line or end the quoted id early.
+TEST_F(ApprovalQueueTest, AnUnknownIdIsQuotedInTheError) {
+  absl::Status unknown = queue_.Decide("h\"\n[error] forged", true, "admin", "").status();
+  EXPECT_TRUE(absl::IsNotFound(unknown)) << unknown;
+  EXPECT_THAT(std::string(unknown.message()),
+              HasSubstr(R"(no pending approval "h\"\n[error] forged" ()"));
 }
 
 TEST_F(ApprovalQueueTest, ARejectedCommandIsRefusedWithTheReason) {
@@ -145,15 +155,12 @@ class DurableHoldTest : public ::testing::TestWithParam<Engine> {
       if (!controller::testing::EtcdInstalled()) GTEST_SKIP() << "etcd not installed";
       ASSERT_TRUE(etcd_.Start().ok()) << "etcd: logs in " << etcd_.dir();
     }
-    char tmpl[] = "/tmp/moat-approvals-test-XXXXXX";
-    dir_ = mkdtemp(tmpl);
     ASSERT_TRUE(Reopen().ok());
   }
   void TearDown() override {
     queue_.reset();
     store_.reset();
     etcd_client_.reset();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
   // What a restart does: the queue and the store's handle are gone, a new one opens the store.
   absl::Status Reopen(absl::Duration timeout = absl::Seconds(20)) {
@@ -186,7 +193,8 @@ class DurableHoldTest : public ::testing::TestWithParam<Engine> {
   size_t StoredHolds() { return store_->List("approvals/")->size(); }
 
   controller::testing::EtcdCluster etcd_{1};
-  std::string dir_;
+  ScopedTempDir tmp_{"moat-approvals-test", "/tmp"};
+  const std::string dir_ = tmp_.path();
   FakeClock clock_;
   std::unique_ptr<EtcdClient> etcd_client_;
   std::unique_ptr<Store> store_;

@@ -15,25 +15,13 @@
 #include "controller/store/sqlite_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "util/testing/temp_dir.h"
 
 namespace moat::controller {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::Field;
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/moat-store-test-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 class StoreTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -46,7 +34,7 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
       store_ = *std::move(s);
     }
   }
-  TempDir dir_;
+  ScopedTempDir dir_;
   std::unique_ptr<Store> store_;
 };
 
@@ -107,7 +95,7 @@ TEST_P(StoreTest, ValuesAreBinarySafe) {
 INSTANTIATE_TEST_SUITE_P(Engines, StoreTest, ::testing::Values("memory", "sqlite"));
 
 TEST(SqliteStoreTest, ReopenKeepsDataAndRevision) {
-  TempDir dir;
+  ScopedTempDir dir;
   std::string path = dir.path() + "/c.db";
   {
     auto s = SqliteStore::Open(path);
@@ -131,7 +119,7 @@ TEST(SqliteStoreTest, OpenInAMissingDirectorySaysWhatToCheck) {
 // A child commits keys one by one and tells the parent each revision it was given; the parent
 // kills it with SIGKILL in the middle. Every acknowledged key must be in the reopened store.
 TEST(SqliteStoreTest, WhatWasAcknowledgedSurvivesKill9) {
-  TempDir dir;
+  ScopedTempDir dir;
   std::string path = dir.path() + "/c.db";
   int acks[2];
   ASSERT_EQ(pipe(acks), 0);

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "util/quote.h"
 #include "util/status_macros.h"
 
 namespace moat::controller {
@@ -33,8 +34,8 @@ absl::StatusOr<RunLimits> RunLimiter::LimitsFor(const std::string& tenant,
   if (it == languages_.end()) {
     std::vector<std::string> names;
     for (const auto& l : languages_) names.push_back(l.name);
-    return absl::InvalidArgumentError(absl::StrCat("unknown language \"", language,
-                                                   "\"; the config's languages are ",
+    return absl::InvalidArgumentError(absl::StrCat("unknown language ", QuoteForMessage(language),
+                                                   "; the config's languages are ",
                                                    absl::StrJoin(names, ", ")));
   }
   const double ratio = absl::FDivDuration(it->cpu, it->wall);

@@ -40,6 +40,15 @@ TEST_F(RunLimiterTest, EachLanguageHasItsBaseLimits) {
   EXPECT_THAT(bad.status().message(), HasSubstr("python, go"));
 }
 
+// A client's language is quoted and escaped in the error (util/quote.h): a newline or a quote in
+// it cannot forge a log line or end the quoted name early.
+TEST_F(RunLimiterTest, AnUnknownLanguageIsQuotedInTheError) {
+  auto bad = limiter_.LimitsFor("a", "py\"\n[error] forged", std::nullopt);
+  EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr(R"(unknown language "py\"\n[error] forged"; )"));
+}
+
 TEST_F(RunLimiterTest, ADeclarationExtendsTheWallAndKeepsTheRatio) {
   auto r = limiter_.LimitsFor("a", "python", absl::Minutes(2));
   ASSERT_TRUE(r.ok());

@@ -9,6 +9,7 @@
 #include "controller/store/sqlite_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "util/testing/temp_dir.h"
 
 namespace moat::controller {
 namespace {
@@ -19,9 +20,6 @@ class TenantRegistryTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     if (GetParam()) {
-      char dir[] = "/tmp/moat-tenants-XXXXXX";
-      ASSERT_NE(mkdtemp(dir), nullptr);
-      dir_ = dir;
       auto s = SqliteStore::Open(dir_ + "/c.db");
       ASSERT_TRUE(s.ok()) << s.status();
       store_ = *std::move(s);
@@ -33,15 +31,10 @@ class TenantRegistryTest : public ::testing::TestWithParam<bool> {
   void TearDown() override {
     registry_.reset();
     store_.reset();
-    if (!dir_.empty()) {
-      unlink((dir_ + "/c.db").c_str());
-      unlink((dir_ + "/c.db-wal").c_str());
-      unlink((dir_ + "/c.db-shm").c_str());
-      rmdir(dir_.c_str());
-    }
   }
 
-  std::string dir_;
+  ScopedTempDir tmp_{"moat-tenants", "/tmp"};
+  const std::string dir_ = tmp_.path();
   FakeClock clock_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<TenantRegistry> registry_;

@@ -65,13 +65,9 @@ Ran RunMoat(const std::string& dir, std::vector<std::string> args, const std::st
           ReadFile(err)};
 }
 
-class CliE2eTest : public ::testing::Test {
+class CliE2eTest : public FleetTest {
  protected:
-  void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "agents make real sandboxes: run as root";
-    auto fleet = Fleet::Create();
-    ASSERT_TRUE(fleet.ok()) << fleet.status();
-    fleet_ = *std::move(fleet);
+  void StartFleet() override {
     // A shell profile with a short CPU limit, so a CPU timeout can be compared with moat run's.
     fleet_->set_extra_config(
         "languages: {shell: {wall: 60s, cpu: 2s}, python: {wall: 60s, cpu: 15s}}\n");
@@ -86,7 +82,6 @@ class CliE2eTest : public ::testing::Test {
                    bare ? "" : fleet_->api_key());
   }
 
-  std::unique_ptr<Fleet> fleet_;
   std::string server_;
 };
 

@@ -18,33 +18,9 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-constexpr char kCreate[] =
-    R"({"image": {"uri": "python:3.11"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
-        "resourceLimits": {"cpu": "250m", "memory": "128Mi"}})";
-
-class ControllerE2eTest : public ::testing::Test {
+class ControllerE2eTest : public FleetTest {
  protected:
-  void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "agents make real sandboxes: run as root";
-    auto fleet = Fleet::Create();
-    ASSERT_TRUE(fleet.ok()) << fleet.status();
-    fleet_ = *std::move(fleet);
-    ASSERT_TRUE(fleet_->StartController().ok());
-  }
-
-  // Sandbox ids the agent `name` runs that carry a controller id, mapped to it.
-  std::map<std::string, std::string> AgentSandboxes(const std::string& name) {
-    std::map<std::string, std::string> out;
-    auto [status, body] = fleet_->AgentCall(name, "GET", "/v1/sandboxes");
-    if (status != 200) return out;
-    for (const auto& s : body["items"]) {
-      if (s["metadata"].contains("moat.controller/id"))
-        out[s["id"]] = s["metadata"]["moat.controller/id"];
-    }
-    return out;
-  }
-
-  std::unique_ptr<Fleet> fleet_;
+  void StartFleet() override { ASSERT_TRUE(fleet_->StartController().ok()); }
 };
 
 TEST_F(ControllerE2eTest, CreateRunThroughTheProxyListDelete) {

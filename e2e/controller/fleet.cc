@@ -20,6 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "controller/testing/etcd_cluster.h"
 
 namespace moat::e2e {
 namespace {
@@ -44,17 +45,7 @@ void WriteFile(const std::string& path, const std::string& text, mode_t mode) {
 }
 
 // A port nothing listens on now (the daemon binds it right after; a clash fails its start).
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+using controller::testing::FreePort;
 
 std::pair<int, nlohmann::json> Send(httplib::Client& client, const std::string& method,
                                     const std::string& path, const std::string& body,
@@ -302,6 +293,26 @@ std::pair<int, nlohmann::json> Fleet::AgentCall(const std::string& name, const s
                                                 const std::string& path) {
   return Send(*ClientOf(agents_.at(name)->port(), /*controller=*/false), method, path, "",
               {{"Authorization", "Bearer " + agent_tokens_.at(name)}});
+}
+
+std::map<std::string, std::string> FleetTest::AgentSandboxes(const std::string& name) {
+  std::map<std::string, std::string> out;
+  auto [status, body] = fleet_->AgentCall(name, "GET", "/v1/sandboxes");
+  if (status != 200) return out;
+  for (const auto& s : body["items"]) {
+    if (s["metadata"].contains("moat.controller/id")) {
+      out[s["id"]] = s["metadata"]["moat.controller/id"];
+    }
+  }
+  return out;
+}
+
+void FleetTest::SetUp() {
+  if (geteuid() != 0) GTEST_SKIP() << "agents make real sandboxes: run as root";
+  absl::StatusOr<std::unique_ptr<Fleet>> fleet = Fleet::Create();
+  ASSERT_TRUE(fleet.ok()) << fleet.status();
+  fleet_ = *std::move(fleet);
+  StartFleet();
 }
 
 std::string Fleet::NodeState(const std::string& name) {

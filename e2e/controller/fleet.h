@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "util/testing/test_ca.h"
 
@@ -116,6 +117,25 @@ class Fleet {
 
   // A client of the controller (or of the agent) on `port`, speaking what it serves.
   std::unique_ptr<httplib::Client> ClientOf(int port, bool controller = true) const;
+};
+
+// The create body of most tests: a sandbox that runs until deleted, small enough for several on
+// one agent.
+inline constexpr char kCreate[] =
+    R"({"image": {"uri": "python:3.11"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
+        "resourceLimits": {"cpu": "250m", "memory": "128Mi"}})";
+
+// The fixture of the controller's end-to-end suites: skipped without root (the agents make real
+// sandboxes); each test gets a fleet of its own, in which the suite's StartFleet starts what its
+// tests share (a controller, agents). A skip or a failure there skips or fails the test.
+class FleetTest : public ::testing::Test {
+ protected:
+  void SetUp() final;
+  virtual void StartFleet() {}
+  // The sandboxes the agent `name` runs that carry a controller id: agent id -> controller id.
+  std::map<std::string, std::string> AgentSandboxes(const std::string& name);
+
+  std::unique_ptr<Fleet> fleet_;
 };
 
 }  // namespace moat::e2e

@@ -21,20 +21,13 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr char kCreate[] =
-    R"({"image": {"uri": "python:3.11"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
-        "resourceLimits": {"cpu": "250m", "memory": "128Mi"}})";
 constexpr absl::Duration kLeaseTtl = absl::Seconds(6);  // Fleet::StartReplica's.
 
-class HaE2eTest : public ::testing::Test {
+class HaE2eTest : public FleetTest {
  protected:
-  void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "agents make real sandboxes: run as root";
+  void StartFleet() override {
     if (!controller::testing::EtcdInstalled()) GTEST_SKIP() << "etcd not installed";
     ASSERT_TRUE(etcd_.Start().ok()) << "etcd: logs in " << etcd_.dir();
-    auto fleet = Fleet::Create();
-    ASSERT_TRUE(fleet.ok()) << fleet.status();
-    fleet_ = *std::move(fleet);
     for (int i = 0; i < 3; ++i) ASSERT_TRUE(fleet_->StartReplica(i, etcd_.Endpoints()).ok());
     ASSERT_TRUE(Fleet::WaitFor([&] { return Leaders().size() == 1; }, absl::Seconds(15)));
   }
@@ -63,19 +56,11 @@ class HaE2eTest : public ::testing::Test {
     fleet_->replica(i).Kill(SIGKILL);
     alive_.erase(i);
   }
-  std::map<std::string, std::string> AgentSandboxes(const std::string& name) {
-    std::map<std::string, std::string> out;
-    auto [status, body] = fleet_->AgentCall(name, "GET", "/v1/sandboxes");
-    if (status != 200) return out;
-    for (const auto& s : body["items"]) {
-      if (s["metadata"].contains("moat.controller/id"))
-        out[s["id"]] = s["metadata"]["moat.controller/id"];
-    }
-    return out;
-  }
+
+  // The replicas stop before etcd, which is destroyed before the base class's fleet_.
+  void TearDown() override { fleet_.reset(); }
 
   controller::testing::EtcdCluster etcd_{3};
-  std::unique_ptr<Fleet> fleet_;
   std::set<int> alive_ = {0, 1, 2};
 };
 

@@ -19,17 +19,9 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-constexpr char kCreate[] =
-    R"({"image": {"uri": "python:3.11"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
-        "resourceLimits": {"cpu": "250m", "memory": "128Mi"}})";
-
-class TenantsE2eTest : public ::testing::Test {
+class TenantsE2eTest : public FleetTest {
  protected:
-  void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "agents make real sandboxes: run as root";
-    auto fleet = Fleet::Create();
-    ASSERT_TRUE(fleet.ok()) << fleet.status();
-    fleet_ = *std::move(fleet);
+  void StartFleet() override {
     fleet_->set_extra_config("precheck: {approval_timeout: 20s}\n");
     ASSERT_TRUE(fleet_->StartController().ok()) << fleet_->controller().Log();
     ASSERT_TRUE(fleet_->StartAgent({.name = "n1"}).ok());
@@ -53,8 +45,6 @@ class TenantsE2eTest : public ::testing::Test {
     EXPECT_EQ(kst, 201) << k.dump();
     return k.value("key", "");
   }
-
-  std::unique_ptr<Fleet> fleet_;
 };
 
 TEST_F(TenantsE2eTest, TenantsCannotReachEachOthersSandboxesThroughAnyRoute) {

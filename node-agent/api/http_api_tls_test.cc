@@ -7,7 +7,7 @@
 #include "gtest/gtest.h"
 #include "node-agent/api/http_api.h"
 #include "node-agent/backend/fake_backend.h"
-#include "node-agent/testing/temp_dir.h"
+#include "util/testing/temp_dir.h"
 
 namespace moat::agent {
 namespace {
@@ -18,7 +18,7 @@ TEST(HttpApiTlsTest, ServesHttpsWithTheConfiguredCertificate) {
   if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "the openssl command is needed to make a test certificate";
   }
-  testing::ScopedTempDir dir;
+  ScopedTempDir dir;
   std::string cert = dir.File("agent_test.crt");
   std::string key = dir.File("agent_test.key");
   std::string make =

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
-#include "node-agent/testing/temp_dir.h"
+#include "util/testing/temp_dir.h"
 
 namespace moat::agent {
 namespace {
@@ -24,7 +24,7 @@ std::string Slurp(const std::string& path) {
 // cgroup v2 cannot be produced on this machine kind (hybrid): a fake tree stands in for it, the
 // kernel's side (cgroup.events) played by a thread.
 TEST(FreezerTest, V2WritesCgroupFreezeAndWaitsForFrozen) {
-  testing::ScopedTempDir dir;
+  ScopedTempDir dir;
   std::ofstream(dir.File("cgroup.freeze")) << "0\n";
   std::ofstream(dir.File("cgroup.events")) << "populated 1\nfrozen 0\n";
   std::thread kernel([&] {
@@ -42,7 +42,7 @@ TEST(FreezerTest, V2WritesCgroupFreezeAndWaitsForFrozen) {
 }
 
 TEST(FreezerTest, V1FreezerStateWinsAndNoFreezerIsAClearError) {
-  testing::ScopedTempDir v1, v2, none;
+  ScopedTempDir v1, v2, none;
   std::ofstream(v1.File("freezer.state")) << "THAWED\n";
   std::ofstream(v2.File("cgroup.freeze")) << "0\n";
   // A fake v1 file reads back what was written: FROZEN at once.

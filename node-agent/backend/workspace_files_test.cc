@@ -17,6 +17,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "util/testing/temp_dir.h"
 #include "util/unique_fd.h"
 
 namespace moat::agent {
@@ -42,9 +43,6 @@ void Put(const std::string& path, const std::string& data) { std::ofstream(path)
 class WorkspaceFilesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char dir[] = "/var/tmp/workspace_files_test.XXXXXX";
-    ASSERT_NE(::mkdtemp(dir), nullptr);
-    base_ = dir;
     ws_ = base_ + "/ws";
     fs::create_directory(ws_);
     fs::create_directory(base_ + "/host");
@@ -57,10 +55,11 @@ class WorkspaceFilesTest : public ::testing::Test {
     files_.reset();
     root_.reset();
     if (!mount_.empty()) ::umount2(mount_.c_str(), MNT_DETACH);
-    fs::remove_all(base_);
   }
 
-  std::string base_, ws_, mount_;
+  ScopedTempDir tmp_{"workspace_files_test", "/var/tmp"};
+  const std::string base_ = tmp_.path();
+  std::string ws_, mount_;
   UniqueFd root_;
   std::unique_ptr<WorkspaceFiles> files_;
 };

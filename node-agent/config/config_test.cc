@@ -6,8 +6,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "node-agent/testing/temp_dir.h"
 #include "sandbox/policy/policy.h"
+#include "util/testing/temp_dir.h"
 
 namespace moat::agent {
 namespace {
@@ -248,7 +248,7 @@ namespace {
 // Profiles' policies are read and parsed once, at start: a broken one stops the agent with the
 // profile and file named, and a loaded one is not read again (an edit waits for the next start).
 TEST(LoadProfilePoliciesTest, ParsesEachProfilesPolicyOnce) {
-  testing::ScopedTempDir dir;
+  ScopedTempDir dir;
   const std::string good = dir.File("good.yaml");
   std::ofstream(good) << "network:\n  allowedDomains: [pypi.org]\n";
   AgentConfig config;

@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sandbox/testing/status_matchers.h"
+#include "util/testing/temp_dir.h"
 
 namespace moat::agent {
 namespace {
@@ -20,13 +21,6 @@ using ::testing::HasSubstr;
 
 class SandboxStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char dir[] = "/tmp/moat-store-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(dir), nullptr);
-    root_ = dir;
-  }
-  void TearDown() override { std::filesystem::remove_all(root_); }
-
   static SandboxRecord Sample(const std::string& id) {
     SandboxRecord r;
     r.id = id;
@@ -41,7 +35,8 @@ class SandboxStoreTest : public ::testing::Test {
     return r;
   }
 
-  std::string root_;
+  ScopedTempDir tmp_{"moat-store-test", "/tmp"};
+  const std::string root_ = tmp_.path();
 };
 
 TEST_F(SandboxStoreTest, SavesAndLoadsARecordPrivately) {

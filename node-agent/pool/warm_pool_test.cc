@@ -9,7 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "node-agent/backend/fake_backend.h"
-#include "node-agent/testing/temp_dir.h"
+#include "util/testing/temp_dir.h"
 
 namespace moat::agent {
 namespace {
@@ -73,7 +73,7 @@ class WarmPoolTest : public ::testing::Test {
     }
   }
 
-  testing::ScopedTempDir dir_;  // Outlives the pool, which reads policy files in it.
+  ScopedTempDir dir_;  // Outlives the pool, which reads policy files in it.
   FakeClock clock_;
   FakeBackend backend_;
   absl::Mutex mu_;

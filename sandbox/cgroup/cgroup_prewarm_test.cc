@@ -7,17 +7,13 @@
 #include <fstream>
 #include <sstream>
 
+#include "util/testing/temp_dir.h"
+
 namespace moat::sandbox {
 namespace {
 
 class CgroupPrewarmTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/moat-prewarm-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
   std::string Write(const std::string& name, const std::string& content) {
     std::string path = dir_ + "/" + name;
     std::ofstream(path) << content;
@@ -29,7 +25,8 @@ class CgroupPrewarmTest : public ::testing::Test {
     s << in.rdbuf();
     return s.str();
   }
-  std::string dir_;
+  ScopedTempDir tmp_{"moat-prewarm", "/tmp"};
+  const std::string dir_ = tmp_.path();
 };
 
 // On v1 the warm-up writes the id of its own thread into the tasks file of the cgroup the

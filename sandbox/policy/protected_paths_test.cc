@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "util/testing/temp_dir.h"
+
 namespace moat::sandbox {
 namespace {
 
@@ -16,13 +18,8 @@ using ::testing::IsEmpty;
 
 class CreationProtectionTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/moat-protected-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-  }
-  void TearDown() override { std::system(("rm -rf '" + root_ + "'").c_str()); }
-  std::string root_;
+  ScopedTempDir tmp_{"moat-protected", "/tmp"};
+  const std::string root_ = tmp_.path();
 };
 
 TEST_F(CreationProtectionTest, EachStepBelowTheRootAsFarAsParentsExist) {

@@ -7,7 +7,6 @@
 // reuse an empty leftover leaf.
 #pragma once
 
-#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,25 +17,18 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "util/testing/temp_dir.h"
 
 namespace moat::sandbox::testing {
 
 class FakeCgroupTree {
  public:
-  FakeCgroupTree() {
-    std::string templ = (std::filesystem::temp_directory_path() / "moat-fake-cgroup-XXXXXX");
-    char* dir = ::mkdtemp(templ.data());
-    root_ = dir != nullptr ? dir : "";
-  }
-  ~FakeCgroupTree() {
-    std::error_code ignored;
-    if (!root_.empty()) std::filesystem::remove_all(root_, ignored);
-  }
+  FakeCgroupTree() = default;
   FakeCgroupTree(const FakeCgroupTree&) = delete;
   FakeCgroupTree& operator=(const FakeCgroupTree&) = delete;
 
-  const std::string& root() const { return root_; }
-  std::string Path(const std::string& relative) const { return root_ + "/" + relative; }
+  const std::string& root() const { return dir_.path(); }
+  std::string Path(const std::string& relative) const { return dir_.File(relative); }
 
   // A cgroup2 mount at root()/<relative> whose root offers `controllers` ("cpu memory pids").
   std::string AddV2Mount(const std::string& relative, const std::string& controllers) {
@@ -143,7 +135,7 @@ class FakeCgroupTree {
   }
 
  private:
-  std::string root_;
+  ScopedTempDir dir_{"moat-fake-cgroup", std::filesystem::temp_directory_path().string()};
   std::vector<std::string> lines_;
   int next_id_ = 30;
 };

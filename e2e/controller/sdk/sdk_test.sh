@@ -6,24 +6,8 @@
 set -euo pipefail
 controller_bin=$1 agent_bin=$2
 here=$(cd "$(dirname "$0")" && pwd)
-dir=$(mktemp -d /var/tmp/moat-sdk-e2e.XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+source "$here/../../sdk_prepare.sh" moat-sdk-e2e
 
-cp "$here/package.json" "$here/package-lock.json" "$here/scenario.mjs" "$dir/"
-# A node >= 20 (the SDK's engines); kept across runs beside the other npm caches.
-node=$("$here/../../sdk_node.sh" "${MOAT_SDK_NODE_DIR:-/var/cache/moat-e2e/sdk-node}") || exit $?
-if ! (cd "$dir" && npm ci --no-audit --no-fund --silent >/dev/null 2>&1); then
-  echo "sdk_test: npm could not install @alibaba-group/opensandbox@0.1.11; skipping" >&2
-  exit 77
-fi
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 cport=$(free_port) aport=$(free_port)
 umask 077
 openssl rand -hex 32 > "$dir/join.token"
