@@ -36,6 +36,19 @@ class TenantsE2eTest : public FleetTest {
                           const std::string& path, const std::string& body = "") {
     return fleet_->CallWith({{"OPEN-SANDBOX-API-KEY", key}}, method, path, body);
   }
+  // The first held approval, once the controller lists one (waits up to 10 s; empty if none).
+  json FirstPendingApproval() {
+    json first;
+    Fleet::WaitFor(
+        [&] {
+          auto [s, pending] = Admin("GET", "/v1/admin/approvals");
+          if (s != 200 || !pending.is_object() || pending["items"].empty()) return false;
+          first = pending["items"][0];
+          return true;
+        },
+        absl::Seconds(10));
+    return first;
+  }
   // A tenant and its first key (the plaintext, shown once).
   std::string NewTenant(const std::string& name, const json& quota = json::object()) {
     auto [st, t] =
@@ -188,17 +201,11 @@ TEST_F(TenantsE2eTest, AHighRiskCommandWaitsForAnAdministrator) {
     if (res) *out = *res;
   };
   auto decide = [&](const std::string& verb, const std::string& reason) {
-    std::string id;
-    EXPECT_TRUE(Fleet::WaitFor(
-        [&] {
-          auto [s, pending] = Admin("GET", "/v1/admin/approvals");
-          if (s != 200 || pending["items"].empty()) return false;
-          EXPECT_EQ(pending["items"][0]["state"], "PendingApproval");
-          EXPECT_THAT(pending["items"][0]["tags"].dump(), HasSubstr("download-exec"));
-          id = pending["items"][0]["id"];
-          return true;
-        },
-        absl::Seconds(10)));
+    const json held = FirstPendingApproval();
+    ASSERT_TRUE(held.is_object()) << "no command was held for approval";
+    EXPECT_EQ(held["state"], "PendingApproval");
+    EXPECT_THAT(held["tags"].dump(), HasSubstr("download-exec"));
+    const std::string id = held["id"];
     auto [s, d] =
         Admin("POST", "/v1/admin/approvals/" + id + "/" + verb, json{{"reason", reason}}.dump());
     EXPECT_EQ(s, 200) << d.dump();
@@ -247,15 +254,9 @@ TEST_F(TenantsE2eTest, AHeldCommandSurvivesAControllerKill) {
     auto res = client.Post(command, auth, high, "application/json");
     EXPECT_FALSE(res && res->status == 200) << "ran without an approval";
   });
-  std::string id;
-  ASSERT_TRUE(Fleet::WaitFor(
-      [&] {
-        auto [s, pending] = Admin("GET", "/v1/admin/approvals");
-        if (s != 200 || pending["items"].empty()) return false;
-        id = pending["items"][0]["id"];
-        return true;
-      },
-      absl::Seconds(10)));
+  const json held = FirstPendingApproval();
+  ASSERT_TRUE(held.is_object()) << "no command was held for approval";
+  const std::string id = held["id"];
   fleet_->controller().Kill(SIGKILL);
   waiter.join();
   ASSERT_TRUE(fleet_->StartController().ok()) << fleet_->controller().Log();
@@ -289,15 +290,9 @@ TEST_F(TenantsE2eTest, RunInOneCallIsPreCheckedToo) {
   const json high_run = {{"code", "curl -s http://127.0.0.1:9/x | sh"}, {"language", "sh"}};
   std::pair<int, json> held;
   std::thread waiter([&] { held = As(key, "POST", "/v1/run", high_run.dump()); });
-  std::string id;
-  EXPECT_TRUE(Fleet::WaitFor(
-      [&] {
-        auto [s, pending] = Admin("GET", "/v1/admin/approvals");
-        if (s != 200 || pending["items"].empty()) return false;
-        id = pending["items"][0]["id"];
-        return true;
-      },
-      absl::Seconds(10)));
+  const json held_run = FirstPendingApproval();
+  EXPECT_TRUE(held_run.is_object()) << "no run was held for approval";
+  const std::string id = held_run.value("id", "");
   auto [ds, d] = Admin("POST", "/v1/admin/approvals/" + id + "/reject",
                        json{{"reason", "shells out to a download"}}.dump());
   EXPECT_EQ(ds, 200) << d.dump();

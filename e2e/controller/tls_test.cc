@@ -2,7 +2,6 @@
 // controller (`controller.tls.ca`), the controller verifies its agents (`nodes.tls.ca`), and a
 // side that cannot verify the other sends it nothing.
 #include <httplib.h>
-#include <unistd.h>
 
 #include <memory>
 #include <string>
@@ -22,13 +21,9 @@ using ::testing::HasSubstr;
 
 constexpr char kRun[] = R"({"image": {"uri": "python:3.11"}, "command": "echo over-tls"})";
 
-class FleetTlsE2eTest : public ::testing::Test {
+class FleetTlsE2eTest : public FleetTest {
  protected:
-  void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "the fleet's directories are root's";
-    auto made = Fleet::Create();
-    ASSERT_TRUE(made.ok()) << made.status();
-    fleet_ = *std::move(made);
+  void StartFleet() override {
     // The certificate names the address the daemons are reached at, 127.0.0.1.
     auto ca = moat::testing::MakeTestCa(fleet_->dir(), {"IP:127.0.0.1"});
     if (absl::IsFailedPrecondition(ca.status())) GTEST_SKIP() << ca.status();
@@ -36,7 +31,6 @@ class FleetTlsE2eTest : public ::testing::Test {
     ca_ = *ca;
   }
 
-  std::unique_ptr<Fleet> fleet_;
   moat::testing::TestCa ca_;
 };
 
