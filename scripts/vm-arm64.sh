@@ -10,7 +10,7 @@
 # env:   TESTS="e2e_a_test ..."  binaries of build-arm64/tests to run (default below)
 #        GTEST_FILTER            default: leave out what the busybox guest cannot run (below)
 #        JOBS=1, SMP=2, MEM=2G, TIMEOUT=1800 (seconds, whole VM), MOAT_E2E_TIME_SCALE=8
-# cache: build/vm/arm64-<hash of scripts/vm/build-initramfs.sh>/ (kernel and initramfs),
+# cache: build/vm/arm64-<hash of scripts/vm/build-initramfs.sh, guest-boot.sh, the libraries>/,
 #        build/vm/arm64-debs/ (the two downloaded packages)
 # logs:  build/vm/run-arm64/console.log, tests/NAME.log, summary.txt
 # exit:  0 when every binary exited 0 and the foreign-architecture check ran; 124 when the VM
@@ -45,7 +45,7 @@ while [ ${#queue[@]} -gt 0 ]; do
 done
 mapfile -t libs < <(printf '%s\n' "${!seen[@]}" /lib/ld-linux-aarch64.so.1 | sort -u)
 
-key=$( (cat scripts/vm/build-initramfs.sh; printf '%s\n' "${libs[@]}") | sha256sum | cut -c1-16)
+key=$( (cat scripts/vm/build-initramfs.sh scripts/vm/guest-boot.sh; printf '%s\n' "${libs[@]}") | sha256sum | cut -c1-16)
 VMDIR=build/vm/arm64-$key
 if [ ! -f "$VMDIR/initrd.img" ]; then
   find build/vm -maxdepth 1 -name 'arm64-*' ! -name arm64-debs ! -name "arm64-$key" \
@@ -70,11 +70,8 @@ skip+=':E2eTest.ViolationFloodIsCappedAndReturnsPromptly'
 filter=${GTEST_FILTER-${skip:+-$skip}}
 filter=${filter:-'*'}  # an empty GTEST_FILTER matches no test at all
 
-share=build/vm/run-arm64
-rm -rf "$share"; mkdir -p "$share"
-share=$(realpath "$share")
-cp scripts/vm/guest-tests.sh "$share/"
-printf '%s\n' "$ROOTDIR" > "$share/src-mountpoint"
+. scripts/vm/host.sh
+vm_share build/vm/run-arm64 scripts/vm/guest-tests.sh
 cat > "$share/run.sh" <<RUN
 echo "vm: kernel $(cat "$VMDIR/KERNEL"), cpu \$(uname -m)"
 ROOTDIR='$ROOTDIR' BUILD=build-arm64 TESTS='$TESTS' JOBS=${JOBS:-1} GTEST_FILTER='$filter' \
@@ -92,31 +89,18 @@ qemu=(qemu-system-aarch64 -machine virt -accel tcg,thread=multi -cpu max,pauth-i
       -virtfs "local,path=$share,mount_tag=host,security_model=none,id=host"
       -virtfs "local,path=$ROOTDIR,mount_tag=src,security_model=none,readonly=on,id=src")
 echo "vm-arm64: booting Debian's arm64 kernel $(cat "$VMDIR/KERNEL") (TCG) to run: $TESTS"
-set +e
-timeout -k 10 "${TIMEOUT:-1800}" "${qemu[@]}" < /dev/null > "$share/console.log" 2>&1
-qrc=$?
-set -e
+vm_boot vm-arm64 "${TIMEOUT:-1800}" "${qemu[@]}"
+rc=$vm_rc boot=$vm_boot_secs
 t3=$(date +%s)
 rm -f build/vm/arm64-scratch.img
-sed -n '/^vm: /p; /^all binaries/,$p' "$share/out.log" 2>/dev/null || true
-rc=125
-if [ -f "$share/rc" ]; then
-  rc=$(cat "$share/rc")
-  # The foreign-architecture case must have run, not skipped (it skips where the kernel or CPU
-  # cannot run 32-bit ARM programs, or without the arm32 compiler).
-  if [[ " $TESTS " == *" e2e_syscalls_test "* ]] &&
-     ! grep -q '^\[       OK \] E2eTest.Arm32SystemCallKillsTheProcess' \
-       "$share/tests/e2e_syscalls_test.log"; then
-    echo "vm-arm64: E2eTest.Arm32SystemCallKillsTheProcess did not pass (skipped or failed)" >&2
-    [ "$rc" -ne 0 ] || rc=1
-  fi
-elif [ "$qrc" -eq 124 ] || [ "$qrc" -eq 137 ]; then
-  echo "vm-arm64: the VM timed out after ${TIMEOUT:-1800}s (raise TIMEOUT)" >&2; rc=124
-else
-  echo "vm-arm64: the VM ran nothing (qemu exit $qrc); see $share/console.log" >&2
-  tail -20 "$share/console.log" >&2
+# The foreign-architecture case must have run, not skipped (it skips where the kernel or CPU
+# cannot run 32-bit ARM programs, or without the arm32 compiler).
+if [ -f "$share/rc" ] && [[ " $TESTS " == *" e2e_syscalls_test "* ]] &&
+   ! grep -q '^\[       OK \] E2eTest.Arm32SystemCallKillsTheProcess' \
+     "$share/tests/e2e_syscalls_test.log"; then
+  echo "vm-arm64: E2eTest.Arm32SystemCallKillsTheProcess did not pass (skipped or failed)" >&2
+  [ "$rc" -ne 0 ] || rc=1
 fi
-boot=$(sed -n 's/.*VMLANE-START \([0-9.]*\).*/\1/p' "$share/console.log" | head -1)
 echo "vm-arm64: build $((t1 - t0))s, guest $((t2 - t1))s, VM $((t3 - t2))s" \
-  "(boot ${boot:-?}s), total $((t3 - t0))s; logs in $share; exit $rc"
+  "(boot ${boot}s), total $((t3 - t0))s; logs in $share; exit $rc"
 exit "$rc"

@@ -16,8 +16,8 @@
 #        MIRROR                 Debian mirror for the image (default deb.debian.org)
 #        VM_RUN=FILE            run this shell script inside instead of the tests (debugging: it
 #                               finds the checkout at $ROOTDIR, writes to /mnt/host = build/vm/run)
-# cache: build/vm/amd64-<hash of scripts/vm/build-image.sh>/ (the image; rebuilt when that file,
-#        which holds the package list, changes), build/vm/debs/ (downloaded packages)
+# cache: build/vm/amd64-<hash of scripts/vm/build-image.sh and guest-boot.sh>/ (the image;
+#        rebuilt when they, which hold the package list, change), build/vm/debs/ (packages)
 # logs:  build/vm/run/console.log (serial console), build/vm/run/tests/NAME.log, summary.txt
 # exit:  0 when every binary exited 0; 124 when the VM timed out; 125 when it ran nothing.
 set -euo pipefail
@@ -29,7 +29,7 @@ if [ "${1:-}" != --no-build ]; then scripts/build.sh; fi
 t1=$(date +%s)
 
 # --- the image, cached by its inputs ----------------------------------------------------------
-key=$(sha256sum scripts/vm/build-image.sh | cut -c1-16)
+key=$(cat scripts/vm/build-image.sh scripts/vm/guest-boot.sh | sha256sum | cut -c1-16)
 VMDIR=build/vm/amd64-$key
 if [ ! -f "$VMDIR/root.img" ]; then
   find build/vm -maxdepth 1 -name 'amd64-*' ! -name "amd64-$key" -exec rm -rf {} + 2>/dev/null || true
@@ -61,11 +61,8 @@ speed+=':NetnsPrepPoolTest.TheFirstRunFillsThePoolAndTheNextTakesFromIt'
 speed+=':EgressTest.FloodsOfDenialsCannotFillTheHostsDisk'
 filter=${GTEST_FILTER-"-$speed"}
 
-share=build/vm/run
-rm -rf "$share"; mkdir -p "$share"
-share=$(realpath "$share")
-cp scripts/vm/guest-tests.sh scripts/vm/guest-rootless.sh "$share/"
-printf '%s\n' "$ROOTDIR" > "$share/src-mountpoint"
+. scripts/vm/host.sh
+vm_share build/vm/run scripts/vm/guest-tests.sh scripts/vm/guest-rootless.sh
 cat > "$share/run.sh" <<RUN
 ROOTDIR='$ROOTDIR' TESTS='$TESTS' JOBS=${JOBS:-2} GTEST_FILTER='$filter' ROOTLESS=${ROOTLESS:-1} \
   PER_TEST_TIMEOUT=${PER_TEST_TIMEOUT:-900} sh /mnt/host/guest-tests.sh
@@ -96,22 +93,9 @@ qemu+=(-m "${MEM:-4G}" -smp "${SMP:-2}" -nodefaults -no-user-config -nic none -d
        -virtfs "local,path=$share,mount_tag=host,security_model=none,id=host"
        -virtfs "local,path=$ROOTDIR,mount_tag=src,security_model=none,readonly=on,id=src")
 echo "vm-test: booting ($ACCEL) to run: $TESTS"
-set +e
-timeout -k 10 "${TIMEOUT:-2400}" "${qemu[@]}" < /dev/null > "$share/console.log" 2>&1
-qrc=$?
-set -e
+vm_boot vm-test "${TIMEOUT:-2400}" "${qemu[@]}"
+rc=$vm_rc boot=$vm_boot_secs
 t3=$(date +%s)
-sed -n '/^vm: /p; /^all binaries/,$p' "$share/out.log" 2>/dev/null || true
-rc=125
-if [ -f "$share/rc" ]; then
-  rc=$(cat "$share/rc")
-elif [ "$qrc" -eq 124 ] || [ "$qrc" -eq 137 ]; then
-  echo "vm-test: the VM timed out after ${TIMEOUT:-2400}s (raise TIMEOUT)" >&2; rc=124
-else
-  echo "vm-test: the VM ran nothing (qemu exit $qrc); see $share/console.log" >&2
-  tail -20 "$share/console.log" >&2
-fi
-boot=$(sed -n 's/.*VMLANE-START \([0-9.]*\).*/\1/p' "$share/console.log" | head -1)
 echo "vm-test: build $((t1 - t0))s, image $((t2 - t1))s, VM $((t3 - t2))s" \
-  "(boot ${boot:-?}s), total $((t3 - t0))s; logs in $share; exit $rc"
+  "(boot ${boot}s), total $((t3 - t0))s; logs in $share; exit $rc"
 exit "$rc"

@@ -59,7 +59,10 @@ class _Out(io.TextIOBase):
     def flush(self):
         buf, self._buf = self._buf, ""
         if buf:
-            _text(self._name, buf)
+            # What the code or its processes wrote to descriptors 1 and 2 before goes out first.
+            with _fwd_lock:
+                _forward_pending()
+                _text(self._name, buf)
 
     def writable(self):
         return True
@@ -79,8 +82,10 @@ class _Out(io.TextIOBase):
 _pipes = []
 
 
+_decoders = {}
+
+
 def _forward(fd, name):
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")
     while True:
         select.select([fd], [], [])
         with _fwd_lock:
@@ -90,7 +95,15 @@ def _forward(fd, name):
                 continue
             if not data:
                 return
-            _text(name, decoder.decode(data))
+            _text(name, _decoders[fd].decode(data))
+
+
+def _forward_pending():
+    # Under _fwd_lock: what the pipes hold now, sent before the interpreter's own text (its
+    # forwarder thread may not have woken yet: a child's line before the print that follows it).
+    for fd, name in zip(_pipes, ("stdout", "stderr")):
+        while _pending(fd) > 0:
+            _text(name, _decoders[fd].decode(os.read(fd, 65536)))
 
 
 def _pending(fd):
@@ -121,6 +134,7 @@ for _fd, _name in ((1, "stdout"), (2, "stderr")):
     os.dup2(_w, _fd)
     os.close(_w)
     _pipes.append(_r)
+    _decoders[_r] = codecs.getincrementaldecoder("utf-8")("replace")
     threading.Thread(target=_forward, args=(_r, _name), daemon=True).start()
 sys.stdout, sys.stderr = _Out("stdout", 1), _Out("stderr", 2)
 sys.stdin = open(os.devnull)

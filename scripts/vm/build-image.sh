@@ -18,6 +18,7 @@ OUT=${1:?usage: build-image.sh OUTDIR}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 DEBCACHE=${DEBCACHE:-$OUT.debs}
 SIZE=${SIZE:-4G}
+HERE=$(cd "$(dirname "$0")" && pwd)
 # The package list is part of this file, and so of the cache key scripts/vm-test.sh computes.
 # systemd as init, udev/kmod for modules, the shell tools the tests use, the shared libraries
 # of build/tests/* and build/bin/* (libstdc++6 comes with apt), cmake for ctest's lists.
@@ -52,33 +53,13 @@ cat > "$ROOT/etc/systemd/system/serial-getty@ttyS0.service.d/autologin.conf" <<'
 ExecStart=
 ExecStart=-/sbin/agetty --autologin root --keep-baud 115200,38400,9600 %I $TERM
 UNIT
+# The run itself (the 9p shares, run.sh, its status) is the lanes' shared guest side.
+install -m 755 "$HERE/guest-boot.sh" "$ROOT/usr/local/sbin/vmlane-boot"
 cat > "$ROOT/usr/local/sbin/vmlane-run" <<'RUNNER'
 #!/bin/sh
-# Runs /mnt/host/run.sh from the 9p share "host"; output to the console and /mnt/host/out.log,
-# exit status to /mnt/host/rc and to the console as VMLANE-RC=N; then powers off.
-exec >/dev/console 2>&1
-mkdir -p /mnt/host
-rc=125
-echo "VMLANE-START $(cut -d' ' -f1 /proc/uptime)"
-if mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288,cache=none host /mnt/host; then
-  if [ -f /mnt/host/src-mountpoint ]; then
-    mp=$(cat /mnt/host/src-mountpoint); mkdir -p "$mp"
-    mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288,cache=loose,ro src "$mp" ||
-      echo "vmlane: mounting the share 'src' at $mp failed"
-  fi
-  rm -f /mnt/host/rc
-  if [ -f /mnt/host/run.sh ]; then
-    ( cd /mnt/host && sh ./run.sh; echo $? > /tmp/vmlane-rc ) 2>&1 | tee /mnt/host/out.log
-    rc=$(cat /tmp/vmlane-rc 2>/dev/null || echo 125)
-  else
-    echo "vmlane: /mnt/host/run.sh missing"
-  fi
-  echo "$rc" > /mnt/host/rc.tmp && mv /mnt/host/rc.tmp /mnt/host/rc
-  sync
-else
-  echo "vmlane: mounting the 9p share 'host' failed"
-fi
-echo "VMLANE-RC=$rc uptime=$(cut -d' ' -f1 /proc/uptime)"
+# Runs /mnt/host/run.sh from the 9p share "host" (vmlane-boot), output on the console; then
+# powers off.
+/usr/local/sbin/vmlane-boot >/dev/console 2>&1
 systemctl --force --force poweroff
 RUNNER
 chmod 755 "$ROOT/usr/local/sbin/vmlane-run"

@@ -70,7 +70,7 @@ cat > "$R/init" <<'EOF'
 if [ "$1" != stage2 ]; then
   /bin/busybox mount -t proc proc /proc
   /bin/busybox mount -t tmpfs -o size=60%,mode=755 root /newroot
-  for d in bin sbin etc lib usr root srv var home init modules.order; do
+  for d in bin sbin etc lib usr root srv var home init vmlane-boot modules.order; do
     [ -e /$d ] && /bin/busybox cp -a /$d /newroot/
   done
   /bin/busybox mkdir -p /newroot/proc /newroot/sys /newroot/dev /newroot/tmp /newroot/run \
@@ -96,26 +96,12 @@ ip link set lo up 2>/dev/null
 hostname vmlane
 # The scratch disk (ext4, for idmapped workspace mounts, which tmpfs lacks before 6.3).
 [ -b /dev/vda ] && mount -t ext4 /dev/vda /srv
-echo "VMLANE-START $(cut -d' ' -f1 /proc/uptime)"
-rc=125
-if mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,cache=none host /mnt/host; then
-  if [ -f /mnt/host/src-mountpoint ]; then
-    mp=$(cat /mnt/host/src-mountpoint); mkdir -p "$mp"
-    mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,cache=loose,ro src "$mp" ||
-      echo "vmlane: mounting the share 'src' at $mp failed"
-  fi
-  rm -f /mnt/host/rc
-  ( cd /mnt/host && sh ./run.sh; echo $? > /tmp/vmlane-rc ) 2>&1 | tee /mnt/host/out.log
-  rc=$(cat /tmp/vmlane-rc 2>/dev/null || echo 125)
-  echo "$rc" > /mnt/host/rc.tmp && mv /mnt/host/rc.tmp /mnt/host/rc
-  sync
-else
-  echo "vmlane: mounting the 9p share 'host' failed"
-fi
-echo "VMLANE-RC=$rc uptime=$(cut -d' ' -f1 /proc/uptime)"
+/vmlane-boot
 poweroff -f
 EOF
 chmod 755 "$R/init"
+# The run itself (the 9p shares, run.sh, its status) is the lanes' shared guest side.
+install -m 755 "$(dirname "$0")/guest-boot.sh" "$R/vmlane-boot"
 (cd "$R" && find . | cpio -o -H newc --quiet | gzip -1) > "$OUT/initrd.img"
 cp "$W/k/boot/vmlinuz-$KVER" "$OUT/vmlinuz"
 echo "$KVER" > "$OUT/KERNEL"
