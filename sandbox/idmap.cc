@@ -54,6 +54,10 @@ absl::StatusOr<UniqueFd> MakeMappingUserNamespace(uid_t from_uid, gid_t from_gid
 absl::Status PrepareTree(int tree_fd, int userns_fd, const std::string& path) {
   struct mount_attr attr = {};
   attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  // Out of the host's peer group: a clone of a shared mount (under systemd "/" is shared) stays
+  // its peer, and a mount the sandbox later makes on top of it (the read-only bind over it)
+  // would propagate back to the host's path, stacking there and doubling with every run.
+  attr.propagation = MS_PRIVATE;
   if (userns_fd >= 0) {
     attr.attr_set |= MOUNT_ATTR_IDMAP;
     attr.userns_fd = static_cast<uint64_t>(userns_fd);

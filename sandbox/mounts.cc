@@ -139,9 +139,12 @@ int MoveOnto(int from_fd, int to_fd) {
   return ::move_mount(from_fd, "", to_fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH);
 }
 
+// Sets `attrs` on the mount tree at `fd` and makes it private: a clone of a shared host mount
+// would stay in the host's peer group, and what is mounted on it later would propagate back.
 int SetAttr(int fd, const char* path, unsigned int at_flags, uint64_t attrs) {
   struct mount_attr attr = {};
   attr.attr_set = attrs;
+  attr.propagation = MS_PRIVATE;
   return ::mount_setattr(fd, path, at_flags, &attr, sizeof(attr));
 }
 
