@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "controller/testing/etcd_cluster.h"
 #include "e2e/controller/fleet.h"
 #include "gmock/gmock.h"
@@ -120,6 +121,8 @@ TEST_F(HaE2eTest, LeaderKillDuringACreateStormThenFollowerLoss) {
         return acknowledged.size() >= 4;
       },
       absl::Seconds(60)));
+  // The election settled before the storm: no replica refused a create (503) before the kill.
+  EXPECT_EQ(unavailable.load(), 0) << "a follower refused creates with a leader in place";
   absl::Time killed = absl::Now();
   KillReplica(leader);
   ASSERT_TRUE(Fleet::WaitFor([&] { return Leaders().size() == 1; }, kLeaseTtl + absl::Seconds(4)))
@@ -302,6 +305,43 @@ TEST_F(HaE2eTest, EtcdMemberLossThenQuorumLoss) {
         return s == 202;
       },
       absl::Seconds(40)));
+}
+
+// Issue 13's ha_bench defect: a follower learned who leads only a renew_interval after it
+// started, and until then refused every create (503 NO_LEADER) it should have forwarded. Once
+// the election has settled, every replica serves creates: all three at once right after the
+// leader is known (no agent: each create answers Pending), and a follower killed and started
+// again from its first request on.
+TEST_F(HaE2eTest, EveryReplicaServesCreatesOnceALeaderIsKnown) {
+  auto create_through_each = [&](const char* when) {
+    std::vector<std::thread> clients;
+    std::mutex mu;
+    std::vector<std::string> refused;
+    for (int i : alive_) {
+      clients.emplace_back([&, i] {
+        auto [status, sb] = fleet_->CallReplica(i, "POST", "/v1/sandboxes", kCreate);
+        if (status != 202) {
+          std::lock_guard lock(mu);
+          refused.push_back(absl::StrCat("replica ", i, IsLeader(i) ? " (the leader)" : "",
+                                         " answered ", status, " ", sb.dump()));
+        }
+      });
+    }
+    for (auto& t : clients) t.join();
+    EXPECT_THAT(refused, ::testing::IsEmpty()) << when;
+  };
+  create_through_each("right after the election");
+
+  const int follower = AFollower();
+  ASSERT_GE(follower, 0);
+  KillReplica(follower);
+  ASSERT_TRUE(fleet_->StartReplica(follower, etcd_.Endpoints()).ok());
+  alive_.insert(follower);
+  auto [status, sb] = fleet_->CallReplica(follower, "POST", "/v1/sandboxes", kCreate);
+  EXPECT_EQ(status, 202) << "a follower started again refused its first create: " << sb.dump()
+                         << "\n"
+                         << fleet_->replica(follower).Log();
+  create_through_each("after a follower's restart");
 }
 
 }  // namespace
