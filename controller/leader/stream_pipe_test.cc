@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "controller/testing/etcd_cluster.h"
+#include "controller/testing/loopback_server.h"
 #include "gtest/gtest.h"
 
 namespace moat::controller {
@@ -44,26 +45,7 @@ TEST(RelayPipeTest, APushWaitsWhileTheBufferIsFullAndACancelReleasesIt) {
   EXPECT_FALSE(pipe.Pop(&chunk)) << "closed and empty";
 }
 
-class Server {
- public:
-  explicit Server(const std::function<void(httplib::Server&)>& routes) {
-    routes(server_);
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    while (!server_.is_running()) std::this_thread::yield();
-  }
-  ~Server() {
-    server_.stop();
-    thread_.join();
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  int port() const { return port_; }
-
- private:
-  httplib::Server server_;
-  int port_;
-  std::thread thread_;
-};
+using Server = testing::LoopbackServer;
 
 httplib::Request Get(const std::string& path) {
   httplib::Request r;
