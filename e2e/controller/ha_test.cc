@@ -204,7 +204,7 @@ TEST_F(HaE2eTest, PendingSandboxesSurviveALeaderKillAndArePlacedOnceByTheNext) {
   std::vector<std::thread> clients;
   for (int c = 0; c < 3; ++c) {
     clients.emplace_back([&] {
-      // 503 while the follower has yet to learn who leads (it asks etcd once a second).
+      // 503 only while the leadership changes (a follower asks etcd while it knows no leader).
       std::pair<int, nlohmann::json> r;
       for (int attempt = 0; attempt < 20; ++attempt) {
         r = fleet_->CallReplica(f1, "POST", "/v1/sandboxes", kCreate);
