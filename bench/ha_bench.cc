@@ -53,6 +53,10 @@ double CreatesPerSecond(const char* what, const Flags& f, const Call& call) {
   std::vector<absl::Duration> latencies;
   std::atomic<int> failed{0};
   std::string first_failure;
+  // Per client (each talks to one replica): a replica that refuses while the others serve
+  // shows here, not in the totals.
+  std::vector<int> served(f.clients, 0), refused(f.clients, 0);
+  std::vector<absl::Duration> last_refused(f.clients);
   const absl::Time start = absl::Now(), end = start + absl::Seconds(f.seconds);
   std::vector<std::thread> clients;
   for (int c = 0; c < f.clients; ++c) {
@@ -64,6 +68,8 @@ double CreatesPerSecond(const char* what, const Flags& f, const Call& call) {
         if (status != 202 || !sb.is_object() || sb["status"]["state"] != "Running") {
           ++failed;
           std::lock_guard lock(mu);
+          ++refused[c];
+          last_refused[c] = absl::Now() - start;
           if (first_failure.empty()) {
             first_failure = absl::StrCat("client ", c, ": ", status, " ", sb.dump());
           }
@@ -72,6 +78,7 @@ double CreatesPerSecond(const char* what, const Flags& f, const Call& call) {
         {
           std::lock_guard lock(mu);
           latencies.push_back(took);
+          ++served[c];
         }
         call(c, "DELETE", "/v1/sandboxes/" + sb["id"].get<std::string>(), "");
       }
@@ -86,6 +93,12 @@ double CreatesPerSecond(const char* what, const Flags& f, const Call& call) {
       what, latencies.size(), seconds, rate,
       latencies.empty() ? 0 : Ms(moat::bench::NearestRankPercentile(latencies, 50)),
       latencies.empty() ? 0 : Ms(moat::bench::NearestRankPercentile(latencies, 99)), failed.load());
+  for (int c = 0; c < f.clients; ++c) {
+    std::printf("  client %d: %d created, %d failed", c, served[c], refused[c]);
+    if (refused[c] > 0)
+      std::printf(" (the last at %.1f s)", absl::ToDoubleSeconds(last_refused[c]));
+    std::printf("\n");
+  }
   if (!first_failure.empty()) std::printf("  the first failure: %s\n", first_failure.c_str());
   return rate;
 }

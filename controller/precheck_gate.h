@@ -17,11 +17,7 @@
 #include "controller/precheck/approvals.h"
 #include "controller/sandboxes.h"
 #include "controller/tenant_metrics.h"
-
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
+#include "util/http/httplib_fwd.h"
 
 namespace moat::controller {
 

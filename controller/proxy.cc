@@ -2,8 +2,6 @@
 
 #include <httplib.h>
 
-#include <thread>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -73,7 +71,6 @@ void ProxyToSandbox(const httplib::Request& req, httplib::Response& res, const S
                      absl::StrCat("moat proxies port ", kExecdPort, " (execd) and ", kEgressPort,
                                   " (egress policy) only"));
   }
-  auto up = std::make_shared<RelayUpstream>();
   httplib::Request out;
   out.method = req.method;
   out.path = absl::StrCat("/v1/sandboxes/", sandbox.agent_id, "/execd", rest);
@@ -97,31 +94,19 @@ void ProxyToSandbox(const httplib::Request& req, httplib::Response& res, const S
   } else {
     out.body = req.body;
   }
-  RelayUpstream::Receive(up, out);
-  up->thread = std::thread([up, agent, out = std::move(out)]() mutable {
-    httplib::Client client(agent.url);
-    http::TrustCa(client, agent.ca_file);
-    client.set_connection_timeout(5, 0);
-    client.set_read_timeout(3600, 0);  // A command may stream for as long as it runs.
-    client.set_tcp_nodelay(true);
-    httplib::Response response;
-    httplib::Error error = httplib::Error::Success;
-    bool ok = client.send(out, response, error);
-    if (!up->head_set) {
-      httplib::Response failed;
-      failed.status = ok ? response.status : 502;
-      if (!ok) failed.reason = http::DescribeFailure(error, "nodes.tls.ca");
-      up->head.set_value(failed);
-      up->head_set = true;
-    }
-    up->pipe.Close();
-  });
-  httplib::Response head = up->head.get_future().get();
-  if (head.status == 502 && !head.reason.empty()) {
-    up->thread.join();
-    return SendError(
-        res, 502, absl::StrCat("the sandbox's agent did not answer: ", head.reason, "; try again"));
-  }
+  std::shared_ptr<RelayUpstream> up = RelayUpstream::Start(
+      // A command may stream for as long as it runs.
+      {.url = agent.url,
+       .ca_file = agent.ca_file,
+       .connection_timeout = absl::Seconds(5),
+       .read_timeout = absl::Hours(1)},
+      std::move(out), [&](httplib::Error error) {
+        SendError(res, 502,
+                  absl::StrCat("the sandbox's agent did not answer: ",
+                               http::DescribeFailure(error, "nodes.tls.ca"), "; try again"));
+      });
+  if (!up) return;
+  const httplib::Response& head = up->head();
   res.status = head.status;
   std::string content_type = "application/octet-stream";
   for (const auto& [k, v] : head.headers) {
@@ -131,22 +116,8 @@ void ProxyToSandbox(const httplib::Request& req, httplib::Response& res, const S
       res.set_header(k, v);
     }
   }
-  res.set_chunked_content_provider(
-      content_type,
-      [up, metrics](size_t, httplib::DataSink& sink) {
-        std::string chunk;
-        if (!up->pipe.Pop(&chunk)) {
-          sink.done();
-          return true;
-        }
-        metrics->AddProxiedBytes(chunk.size());
-        return sink.write(chunk.data(), chunk.size());
-      },
-      [up](bool) {
-        // The client went away, or everything was sent: stop the agent side either way.
-        up->pipe.Cancel();
-        if (up->thread.joinable()) up->thread.join();
-      });
+  RelayUpstream::Stream(up, res, content_type,
+                        [metrics](size_t n) { metrics->AddProxiedBytes(n); });
 }
 
 }  // namespace moat::controller

@@ -16,11 +16,7 @@
 #include "controller/metrics.h"
 #include "controller/nodes.h"
 #include "controller/sandboxes.h"
-
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
+#include "util/http/httplib_fwd.h"
 
 namespace moat::controller {
 

@@ -3,7 +3,6 @@
 #include <httplib.h>
 
 #include <memory>
-#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -76,40 +75,17 @@ void LeaderForwarder::Forward(const httplib::Request& req, httplib::Response& re
   }
   // The leader's answer is relayed as it arrives (a command's server-sent events through the
   // proxy): its head first, then its body chunk by chunk.
-  auto up = std::make_shared<RelayUpstream>();
-  RelayUpstream::Receive(up, out);
-  up->thread = std::thread([up, url = **leader, ca = options_.ca_file, timeout = options_.timeout,
-                            out = std::move(out)]() mutable {
-    httplib::Client client(url);
-    if (!ca.empty()) client.set_ca_cert_path(ca.c_str());
-    int64_t us = absl::ToInt64Microseconds(timeout);
-    client.set_read_timeout(us / 1'000'000, us % 1'000'000);
-    client.set_connection_timeout(2, 0);
-    client.set_tcp_nodelay(true);
-    httplib::Response response;
-    httplib::Error error = httplib::Error::Success;
-    bool ok = client.send(out, response, error);
-    if (!up->head_set) {
-      httplib::Response failed;
-      failed.status = ok ? response.status : 0;
-      if (ok) {
-        failed.headers = response.headers;
-        failed.body = response.body;
-      } else {
-        failed.reason = httplib::to_string(error);
-      }
-      up->head.set_value(failed);
-      up->head_set = true;
-    }
-    up->pipe.Close();
-  });
-  httplib::Response head = up->head.get_future().get();
-  if (head.status == 0) {
-    up->thread.join();
-    return Unavailable(res, absl::StrCat("the leader ", **leader, " did not answer (", head.reason,
-                                         "); if it died, another replica leads within the lease "
-                                         "TTL: retry"));
-  }
+  const std::string url = **leader;
+  std::shared_ptr<RelayUpstream> up = RelayUpstream::Start(
+      {.url = url, .ca_file = options_.ca_file, .read_timeout = options_.timeout}, std::move(out),
+      [&](httplib::Error error) {
+        Unavailable(res,
+                    absl::StrCat("the leader ", url, " did not answer (", httplib::to_string(error),
+                                 "); if it died, another replica leads within the lease "
+                                 "TTL: retry"));
+      });
+  if (!up) return;
+  const httplib::Response& head = up->head();
   res.status = head.status;
   for (const auto& [name, value] : head.headers) {
     if (Copied(name)) res.set_header(name.c_str(), value);
@@ -120,28 +96,8 @@ void LeaderForwarder::Forward(const httplib::Request& req, httplib::Response& re
   const bool stream = absl::StartsWith(content_type, "text/event-stream") ||
                       (!head.has_header("Content-Length") && head.status != 204 &&
                        head.status != 304 && req.method != "HEAD");
-  if (!stream) {
-    std::string body = head.body, chunk;
-    while (up->pipe.Pop(&chunk)) body += chunk;
-    up->thread.join();
-    res.set_content(body, content_type.c_str());
-    return;
-  }
-  res.set_chunked_content_provider(
-      content_type.empty() ? "application/octet-stream" : content_type,
-      [up](size_t, httplib::DataSink& sink) {
-        std::string chunk;
-        if (!up->pipe.Pop(&chunk)) {
-          sink.done();
-          return true;
-        }
-        return sink.write(chunk.data(), chunk.size());
-      },
-      [up](bool) {
-        // The client went away, or everything was sent: stop the leader's side either way.
-        up->pipe.Cancel();
-        if (up->thread.joinable()) up->thread.join();
-      });
+  if (!stream) return res.set_content(up->Sized(), content_type.c_str());
+  RelayUpstream::Stream(up, res, content_type.empty() ? "application/octet-stream" : content_type);
 }
 
 }  // namespace moat::controller

@@ -19,11 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
+#include "util/http/httplib_fwd.h"
 
 namespace moat::controller {
 

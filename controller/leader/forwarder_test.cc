@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "controller/testing/loopback_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -20,26 +21,7 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-class Server {
- public:
-  explicit Server(std::function<void(httplib::Server&)> routes) {
-    routes(server_);
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    while (!server_.is_running()) std::this_thread::yield();
-  }
-  ~Server() {
-    server_.stop();
-    thread_.join();
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  int port() const { return port_; }
-
- private:
-  httplib::Server server_;
-  int port_;
-  std::thread thread_;
-};
+using Server = testing::LoopbackServer;
 
 TEST(FollowerServesTest, ReadsOfSandboxesOnly) {
   EXPECT_TRUE(FollowerServes("GET", "/v1/sandboxes"));

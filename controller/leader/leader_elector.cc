@@ -47,8 +47,36 @@ absl::StatusOr<std::optional<std::string>> LeaderElector::Leader() const {
 }
 
 std::optional<std::string> LeaderElector::KnownLeader() const {
+  {
+    absl::MutexLock lock(&mu_);
+    if (Knows()) return known_leader_;
+  }
+  // No leader known (this replica started while none led yet, or it reads its own key while
+  // not leading: an election under way): ask etcd now rather than refuse the request until the
+  // next renewal. One question at a time and at most one per kLookupInterval, so a storm of
+  // writes during an election does not become a storm of reads on etcd.
+  absl::MutexLock lookup(&lookup_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (Knows() || absl::Now() - last_lookup_ < kLookupInterval) {
+      return Knows() ? known_leader_ : std::nullopt;
+    }
+  }
+  absl::StatusOr<std::optional<std::string>> leader = Leader();
   absl::MutexLock lock(&mu_);
-  return known_leader_;
+  last_lookup_ = absl::Now();
+  if (leader.ok()) Learn(*leader);
+  return Knows() ? known_leader_ : std::nullopt;
+}
+
+bool LeaderElector::Knows() const {
+  return known_leader_.has_value() && (*known_leader_ != options_.identity || leading_);
+}
+
+void LeaderElector::Learn(std::optional<std::string> leader) const {
+  if (leader == known_leader_) return;
+  LogInfo(absl::StrCat("the controllers' leader is ", leader.value_or("(none)")));
+  known_leader_ = std::move(leader);
 }
 
 int64_t LeaderElector::terms() const {
@@ -68,6 +96,12 @@ void LeaderElector::SetLeader(std::optional<LeaderKey> key) {
     was = leading_.has_value();
     leading_ = key;
     if (key && !was) ++terms_;
+    // This replica knows at once that it leads, or that it no longer does.
+    if (key) {
+      Learn(options_.identity);
+    } else if (known_leader_ == options_.identity) {
+      Learn(std::nullopt);
+    }
   }
   if (was == key.has_value()) return;
   LogInfo(key ? absl::StrCat("leading the controllers (etcd key ", key->key, ", revision ",
@@ -121,6 +155,12 @@ void LeaderElector::RenewLoop() {
         continue;
       }
     }
+    // Who leads, read off the request path: first at once (a replica that starts forwards from
+    // its first request on), then once per renew_interval.
+    if (absl::StatusOr<std::optional<std::string>> leader = Leader(); leader.ok()) {
+      absl::MutexLock lock(&mu_);
+      Learn(*leader);
+    }
     {
       // Wake at once for a campaign's win, else once per renew_interval.
       absl::MutexLock lock(&mu_);
@@ -129,10 +169,6 @@ void LeaderElector::RenewLoop() {
       mu_.AwaitWithTimeout(absl::Condition(&woken), options_.renew_interval);
       if (stopping_) break;
       won.swap(won_);
-    }
-    if (absl::StatusOr<std::optional<std::string>> leader = Leader(); leader.ok()) {
-      absl::MutexLock lock(&mu_);
-      known_leader_ = *leader;
     }
     absl::StatusOr<absl::Duration> renewed = client_->LeaseKeepAlive(lease);
     if (renewed.ok()) {

@@ -59,10 +59,14 @@ class LeaderElector {
   std::optional<Fence> CurrentFence() const;
   // The identity of the replica etcd says leads now (nullopt: none); Unavailable without etcd.
   absl::StatusOr<std::optional<std::string>> Leader() const;
-  // The leader's identity as last read from etcd (once per renew_interval, off the request
-  // path, so forwarding never waits for etcd); the last answer is kept while etcd does not
-  // answer. Forwarding to a replica that no longer leads is safe: it refuses (503).
-  std::optional<std::string> KnownLeader() const;
+  // The leader's identity as last read from etcd (at Start, then once per renew_interval, off
+  // the request path, so forwarding does not wait for etcd); the last answer is kept while etcd
+  // does not answer. Only while no leader is known (none was elected yet when this replica
+  // last looked, or etcd names this replica while it does not lead) does it ask etcd itself,
+  // at most once per kLookupInterval. Forwarding to a replica that no longer leads is safe: it
+  // refuses (503).
+  std::optional<std::string> KnownLeader() const ABSL_LOCKS_EXCLUDED(mu_, lookup_mu_);
+  static constexpr absl::Duration kLookupInterval = absl::Milliseconds(100);
   // Times this replica became the leader.
   int64_t terms() const;
   // The lease this replica campaigns with (0: none); tests revoke it to depose the leader.
@@ -72,19 +76,24 @@ class LeaderElector {
   void RenewLoop();
   void CampaignLoop(int64_t lease);
   void SetLeader(std::optional<LeaderKey> key) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether known_leader_ names a leader to forward to (not this replica unless it leads).
+  bool Knows() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Learn(std::optional<std::string> leader) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const EtcdClient* client_;
   const LeaderElectorOptions options_;
   std::function<void(bool)> on_change_;
   std::thread renewer_;
 
+  mutable absl::Mutex lookup_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // One etcd lookup at a time.
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t lease_ ABSL_GUARDED_BY(mu_) = 0;                 // 0: none yet (or it expired).
   std::optional<LeaderKey> won_ ABSL_GUARDED_BY(mu_);      // A campaign's result, not yet applied.
   std::optional<LeaderKey> leading_ ABSL_GUARDED_BY(mu_);  // Set while the leader.
   int64_t terms_ ABSL_GUARDED_BY(mu_) = 0;
-  std::optional<std::string> known_leader_ ABSL_GUARDED_BY(mu_);
+  mutable std::optional<std::string> known_leader_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Time last_lookup_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::vector<std::thread> campaigns_ ABSL_GUARDED_BY(mu_);
 };
 

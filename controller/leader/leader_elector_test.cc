@@ -148,5 +148,61 @@ TEST_F(LeaderElectorTest, AKilledLeaderIsReplacedWithinTheLeaseTtl) {
   EXPECT_EQ(*b.Leader(), std::optional<std::string>("http://b"));
 }
 
+// Issue 13's ha_bench defect: a replica learned who leads only from its renewal loop, a whole
+// renew_interval after it started, and again a whole interval later if no one led yet when it
+// looked; meanwhile it refused every write it should forward (503 "no controller replica
+// leads"). The renewal here is slow (3 s) so that only the fix can pass within a second:
+// a replica knows the leader from its start on, even one that started before any leader.
+LeaderElectorOptions SlowRenewal(std::string identity) {
+  return {.identity = std::move(identity),
+          .lease_ttl = absl::Seconds(10),
+          .renew_interval = absl::Seconds(3),
+          .renew_deadline = absl::Seconds(8)};
+}
+
+TEST_F(LeaderElectorTest, AReplicaStartedAfterTheLeaderKnowsItAtOnce) {
+  auto ca = NewClient(), cb = NewClient();
+  LeaderElector a(ca.get(), SlowRenewal("http://a")), b(cb.get(), SlowRenewal("http://b"));
+  a.Start();
+  ASSERT_TRUE(Eventually([&] { return a.IsLeader(); }));
+  EXPECT_EQ(a.KnownLeader(), std::optional<std::string>("http://a")) << "the leader knows itself";
+  b.Start();
+  EXPECT_TRUE(Eventually([&] { return b.KnownLeader() == "http://a"; }, absl::Seconds(1)))
+      << "b knows " << b.KnownLeader().value_or("(none)");
+}
+
+TEST_F(LeaderElectorTest, AReplicaStartedBeforeAnyLeaderLearnsItAtOnce) {
+  auto ca = NewClient(), cb = NewClient(), cc = NewClient();
+  LeaderElector a(ca.get(), SlowRenewal("http://a")), b(cb.get(), SlowRenewal("http://b")),
+      c(cc.get(), SlowRenewal("http://c"));
+  LeaderElector* electors[] = {&a, &b, &c};
+  // All three start together: each looks at the election before any of them has won it.
+  for (LeaderElector* e : electors) e->Start();
+  LeaderElector* leader = nullptr;
+  ASSERT_TRUE(Eventually([&] {
+    for (LeaderElector* e : electors) {
+      if (e->IsLeader()) leader = e;
+    }
+    return leader != nullptr;
+  }));
+  const std::optional<std::string> expected = *leader->Leader();
+  ASSERT_TRUE(expected.has_value());
+  for (LeaderElector* e : electors) {
+    EXPECT_TRUE(Eventually([&] { return e->KnownLeader() == expected; }, absl::Seconds(1)))
+        << "a replica knows " << e->KnownLeader().value_or("(none)") << ", not " << *expected;
+  }
+  // The leader resigns: the one that follows knows it leads, and the others learn it.
+  leader->Stop();
+  LeaderElector* next = nullptr;
+  ASSERT_TRUE(Eventually([&] {
+    for (LeaderElector* e : electors) {
+      if (e != leader && e->IsLeader()) next = e;
+    }
+    return next != nullptr;
+  }));
+  const std::optional<std::string> now = *next->Leader();
+  EXPECT_EQ(next->KnownLeader(), now);
+}
+
 }  // namespace
 }  // namespace moat::controller

@@ -1,18 +1,26 @@
-// A response relayed while it arrives: the upstream side (a thread running httplib's client)
-// pushes chunks, the downstream side (httplib's chunked content provider) pops them. The proxy
-// to a sandbox's execd and a follower forwarding to the leader both stream this way, so a
-// server-sent-events stream reaches its client event by event.
+// A response relayed while it arrives, the one relay of the controller: the proxy to a
+// sandbox's execd (controller/proxy.h) and a follower forwarding to the leader
+// (leader/forwarder.h) both send their request upstream with RelayUpstream::Start and hand the
+// answer on with Sized or Stream, so a server-sent-events stream reaches its client event by
+// event. What differs between them is theirs: the request they build, the headers they pass
+// on, and the answer when the upstream does not answer (a 502 from the proxy, a 503 from the
+// forwarder).
+//
+//   Start ──▶ thread: httplib::Client::send ──head──▶ Start returns (or on_failure)
+//                                          └─chunks─▶ RelayPipe ──▶ Stream's content provider
 #pragma once
 
 #include <httplib.h>
 
-#include <condition_variable>
 #include <deque>
+#include <functional>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace moat::controller {
 
@@ -23,73 +31,62 @@ class RelayPipe {
  public:
   static constexpr size_t kMaxBuffered = 1 << 20;
 
-  bool Push(const char* data, size_t n) {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return buffered_ < kMaxBuffered || cancelled_; });
-    if (cancelled_) return false;
-    chunks_.emplace_back(data, n);
-    buffered_ += n;
-    cv_.notify_all();
-    return true;
-  }
-  void Close() {
-    std::lock_guard lock(mu_);
-    closed_ = true;
-    cv_.notify_all();
-  }
-  void Cancel() {
-    std::lock_guard lock(mu_);
-    cancelled_ = true;
-    cv_.notify_all();
-  }
-  // The next chunk; false once the agent's response ended and everything was taken.
-  bool Pop(std::string* chunk) {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return !chunks_.empty() || closed_; });
-    if (chunks_.empty()) return false;
-    *chunk = std::move(chunks_.front());
-    chunks_.pop_front();
-    buffered_ -= chunk->size();
-    cv_.notify_all();
-    return true;
-  }
+  // False once the client side cancelled: the upstream stops reading.
+  bool Push(const char* data, size_t n) ABSL_LOCKS_EXCLUDED(mu_);
+  // No more chunks: the upstream's response ended (or failed).
+  void Close() ABSL_LOCKS_EXCLUDED(mu_);
+  // The client went away or was served: Push refuses from now on.
+  void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
+  // The next chunk; false once the upstream's response ended and everything was taken.
+  bool Pop(std::string* chunk) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::string> chunks_;
-  size_t buffered_ = 0;
-  bool closed_ = false, cancelled_ = false;
+  absl::Mutex mu_;
+  std::deque<std::string> chunks_ ABSL_GUARDED_BY(mu_);
+  size_t buffered_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-struct RelayUpstream {
-  // Points `out`'s handlers at `up`: the response's head and then its body chunks arrive there
-  // as the upstream sends them.
-  static void Receive(const std::shared_ptr<RelayUpstream>& up, httplib::Request& out) {
-    out.response_handler = [up](const httplib::Response& head) {
-      up->head.set_value(head);
-      up->head_set = true;
-      return true;
-    };
-    out.content_receiver = [up](const char* data, size_t n, uint64_t, uint64_t) {
-      return up->pipe.Push(data, n);
-    };
-  }
+// How the upstream is reached.
+struct UpstreamOptions {
+  std::string url;      // "http://127.0.0.1:8080" or https://...
+  std::string ca_file;  // To verify an https upstream (http::TrustCa); empty: the system's CAs.
+  absl::Duration connection_timeout = absl::Seconds(2);
+  absl::Duration read_timeout = absl::Seconds(90);  // Between two reads, not the whole answer.
+};
 
-  RelayPipe pipe;
-  std::promise<httplib::Response> head;  // Status and headers, once they arrived.
-  bool head_set = false;
-  std::thread thread;
+class RelayUpstream {
+ public:
+  // Sends `request` to the upstream on a thread of its own and waits for the answer's head
+  // (status and headers). If the upstream did not answer (refused, timed out, reset before a
+  // head, a certificate not trusted), calls on_failure with httplib's error and returns
+  // nullptr.
+  static std::shared_ptr<RelayUpstream> Start(
+      const UpstreamOptions& options, httplib::Request request,
+      const std::function<void(httplib::Error error)>& on_failure);
+  ~RelayUpstream();
 
-  ~RelayUpstream() {
-    // The thread holds a reference too: if it drops the last one, it cannot join itself.
-    if (!thread.joinable()) return;
-    if (thread.get_id() == std::this_thread::get_id()) {
-      thread.detach();
-    } else {
-      thread.join();
-    }
-  }
+  // The upstream's status and headers.
+  const httplib::Response& head() const { return head_; }
+  // Waits for the whole body and returns it (an answer with a Content-Length).
+  std::string Sized();
+  // Hands the body to `res` chunk by chunk, as the upstream sends it; `on_chunk` (if set) sees
+  // each chunk's size. The upstream is stopped once the client is served or goes away.
+  static void Stream(const std::shared_ptr<RelayUpstream>& up, httplib::Response& res,
+                     const std::string& content_type,
+                     std::function<void(size_t)> on_chunk = nullptr);
+
+ private:
+  RelayUpstream() = default;
+  void Join();
+
+  RelayPipe pipe_;
+  std::promise<httplib::Response> head_promise_;  // Set once, on the upstream's thread.
+  bool head_set_ = false;                         // Only the upstream's thread touches it.
+  httplib::Response head_;  // Written by Start before anyone reads it, then constant.
+  httplib::Error error_ = httplib::Error::Success;  // Why no head came (status 0).
+  std::thread thread_;
 };
 
 }  // namespace moat::controller

@@ -197,7 +197,8 @@ absl::Status Fleet::StartReplica(int i, const std::vector<std::string>& etcd_end
                          "renew_interval: 1s}\n",
                          "images: [{image: \"*\", profile: default}]\n",
                          "nodes: {heartbeat_interval: 1s, misses: 3, lost_after: 6s}\n",
-                         "api: {create_timeout: 5s}\n"),
+                         "api: {create_timeout: 5s}\n", "admin_key_file: ", dir_, "/admin.key\n",
+                         extra_config_),
             0600);
   auto d = std::make_unique<Daemon>();
   d->port_ = port;

@@ -78,7 +78,7 @@ class Fleet {
   // The moat CLI (MOAT_BIN, else beside moat-agent).
   static std::string MoatBinary();
   const std::string& admin_key() const { return admin_key_; }
-  // YAML lines added to the controller's config at the next StartController.
+  // YAML lines added to the controller's config at the next StartController or StartReplica.
   void set_extra_config(std::string yaml) { extra_config_ = std::move(yaml); }
   // TLS both ways, from the next StartController and StartAgent: the controller and the agents
   // serve https with the CA's server certificate (which must name IP:127.0.0.1); agents verify

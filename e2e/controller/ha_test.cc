@@ -6,11 +6,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "controller/testing/etcd_cluster.h"
 #include "e2e/controller/fleet.h"
 #include "gmock/gmock.h"
@@ -105,6 +108,8 @@ TEST_F(HaE2eTest, LeaderKillDuringACreateStormThenFollowerLoss) {
         return acknowledged.size() >= 4;
       },
       absl::Seconds(60)));
+  // The election settled before the storm: no replica refused a create (503) before the kill.
+  EXPECT_EQ(unavailable.load(), 0) << "a follower refused creates with a leader in place";
   absl::Time killed = absl::Now();
   KillReplica(leader);
   ASSERT_TRUE(Fleet::WaitFor([&] { return Leaders().size() == 1; }, kLeaseTtl + absl::Seconds(4)))
@@ -184,7 +189,7 @@ TEST_F(HaE2eTest, PendingSandboxesSurviveALeaderKillAndArePlacedOnceByTheNext) {
   std::vector<std::thread> clients;
   for (int c = 0; c < 3; ++c) {
     clients.emplace_back([&] {
-      // 503 while the follower has yet to learn who leads (it asks etcd once a second).
+      // 503 only while the leadership changes (a follower asks etcd while it knows no leader).
       std::pair<int, nlohmann::json> r;
       for (int attempt = 0; attempt < 20; ++attempt) {
         r = fleet_->CallReplica(f1, "POST", "/v1/sandboxes", kCreate);
@@ -287,6 +292,199 @@ TEST_F(HaE2eTest, EtcdMemberLossThenQuorumLoss) {
         return s == 202;
       },
       absl::Seconds(40)));
+}
+
+// Issue 13's ha_bench defect: a follower learned who leads only a renew_interval after it
+// started, and until then refused every create (503 NO_LEADER) it should have forwarded. Once
+// the election has settled, every replica serves creates: all three at once right after the
+// leader is known (no agent: each create answers Pending), and a follower killed and started
+// again from its first request on.
+TEST_F(HaE2eTest, EveryReplicaServesCreatesOnceALeaderIsKnown) {
+  auto create_through_each = [&](const char* when) {
+    std::vector<std::thread> clients;
+    std::mutex mu;
+    std::vector<std::string> refused;
+    for (int i : alive_) {
+      clients.emplace_back([&, i] {
+        auto [status, sb] = fleet_->CallReplica(i, "POST", "/v1/sandboxes", kCreate);
+        if (status != 202) {
+          std::lock_guard lock(mu);
+          refused.push_back(absl::StrCat("replica ", i, IsLeader(i) ? " (the leader)" : "",
+                                         " answered ", status, " ", sb.dump()));
+        }
+      });
+    }
+    for (auto& t : clients) t.join();
+    EXPECT_THAT(refused, ::testing::IsEmpty()) << when;
+  };
+  create_through_each("right after the election");
+
+  const int follower = AFollower();
+  ASSERT_GE(follower, 0);
+  KillReplica(follower);
+  ASSERT_TRUE(fleet_->StartReplica(follower, etcd_.Endpoints()).ok());
+  alive_.insert(follower);
+  auto [status, sb] = fleet_->CallReplica(follower, "POST", "/v1/sandboxes", kCreate);
+  EXPECT_EQ(status, 202) << "a follower started again refused its first create: " << sb.dump()
+                         << "\n"
+                         << fleet_->replica(follower).Log();
+  create_through_each("after a follower's restart");
+}
+
+// Held commands across an etcd failover (issue 13, point 4 with point 2): every replica restarted
+// with a short approval timeout (followers first, then the leader with SIGTERM: it resigns, so
+// the hand-over is at once).
+class HaApprovalE2eTest : public HaE2eTest {
+ protected:
+  static constexpr absl::Duration kApprovalTimeout = absl::Seconds(20);
+
+  void SetUp() override {
+    HaE2eTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    fleet_->set_extra_config(absl::StrCat(
+        "precheck: {approval_timeout: ", absl::ToInt64Seconds(kApprovalTimeout), "s}\n"));
+    const int leader = Leaders().at(0);
+    std::vector<int> order = {AFollower(), AFollower(AFollower()), leader};
+    for (int i : order) {
+      fleet_->replica(i).Kill(i == leader ? SIGTERM : SIGKILL);
+      ASSERT_TRUE(fleet_->StartReplica(i, etcd_.Endpoints()).ok());
+    }
+    ASSERT_TRUE(Fleet::WaitFor([&] { return Leaders().size() == 1; }, absl::Seconds(15)));
+    fleet_->Target(Leaders().at(0));
+    ASSERT_TRUE(fleet_->StartAgent({.name = "a1", .pool_floor = 1}).ok());
+    auto [st, sb] = fleet_->CallReplica(AFollower(), "POST", "/v1/sandboxes", kCreate);
+    ASSERT_EQ(st, 202) << sb.dump();
+    ASSERT_EQ(sb["status"]["state"], "Running") << sb.dump();
+    command_ = "/v1/sandboxes/" + sb["id"].get<std::string>() + "/proxy/44772/command";
+  }
+
+  // A command through replica i's proxy route, as the tenant: the answer (nullopt: the
+  // connection closed, as when the replica holding it dies).
+  std::optional<httplib::Response> Command(int i, const std::string& body) {
+    httplib::Client c("127.0.0.1", fleet_->replica(i).port());
+    c.set_read_timeout(60, 0);
+    auto r =
+        c.Post(command_, {{"OPEN-SANDBOX-API-KEY", fleet_->api_key()}}, body, "application/json");
+    if (!r) return std::nullopt;
+    return *r;
+  }
+  std::pair<int, nlohmann::json> Admin(int i, const std::string& method, const std::string& path,
+                                       const std::string& body = "") {
+    fleet_->Target(i);
+    return fleet_->CallWith({{"Authorization", "Bearer " + fleet_->admin_key()}}, method, path,
+                            body);
+  }
+  // The pending holds as replica i lists them (the leader's, a follower forwards the call).
+  std::map<std::string, std::string> Pending(int i) {
+    std::map<std::string, std::string> out;  // id -> command
+    auto [s, list] = Admin(i, "GET", "/v1/admin/approvals");
+    if (s != 200) return out;
+    for (const auto& a : list["items"]) out[a["id"]] = a["command"].dump();
+    return out;
+  }
+  // Sends `body` to replica i on a thread and waits until the hold is listed (whose id is not
+  // in `known`); the thread's answer lands in `*answer`.
+  std::string Hold(int i, const std::string& body, std::optional<httplib::Response>* answer,
+                   std::vector<std::thread>* waiters, const std::set<std::string>& known = {}) {
+    waiters->emplace_back([this, i, body, answer] { *answer = Command(i, body); });
+    std::string id;
+    EXPECT_TRUE(Fleet::WaitFor(
+        [&] {
+          for (const auto& [pid, cmd] : Pending(i)) {
+            if (!known.contains(pid)) id = pid;
+          }
+          return !id.empty();
+        },
+        absl::Seconds(15)))
+        << "the command was never held";
+    return id;
+  }
+  // SIGKILL of the leader, its restart as a follower; the new leader's index.
+  int KillTheLeader() {
+    const int leader = Leaders().at(0);
+    KillReplica(leader);
+    EXPECT_TRUE(Fleet::WaitFor([&] { return Leaders().size() == 1; }, kLeaseTtl + absl::Seconds(4)))
+        << "no new leader";
+    EXPECT_TRUE(fleet_->StartReplica(leader, etcd_.Endpoints()).ok());
+    alive_.insert(leader);
+    return Leaders().empty() ? -1 : Leaders().at(0);
+  }
+
+  std::string command_;
+};
+
+// A held command outlives the leader that held it: approved on the next leader through a
+// follower, its retry runs once (the same command again is held anew); a hold rejected after
+// the next failover answers its retry 403 with the reason; an undecided one times out there.
+TEST_F(HaApprovalE2eTest, HoldsSurviveALeaderKillDecidedOnTheNextLeaderOrTimedOut) {
+  const std::string approved_cmd = R"({"command": "curl -s http://127.0.0.1:9/a | sh"})";
+  const std::string rejected_cmd = R"({"command": "curl -s http://127.0.0.1:9/r | sh"})";
+  std::vector<std::thread> waiters;
+  std::optional<httplib::Response> a_first, b_first, c_first;
+
+  // A: held on the leader; the leader is killed while its caller waits.
+  const int first = Leaders().at(0);
+  const std::string a = Hold(first, approved_cmd, &a_first, &waiters);
+  ASSERT_FALSE(a.empty());
+  const int second = KillTheLeader();
+  ASSERT_GE(second, 0);
+  ASSERT_NE(second, first);
+  waiters[0].join();
+  EXPECT_FALSE(a_first && a_first->status == 200) << "ran without an approval";
+  // The next leader lists A and takes the decision, sent through a follower.
+  const int f = AFollower();
+  ASSERT_TRUE(Fleet::WaitFor([&] { return Pending(f).contains(a); }, absl::Seconds(10)))
+      << "the hold was lost with the leader";
+  auto [ds, d] = Admin(f, "POST", "/v1/admin/approvals/" + a + "/approve",
+                       R"({"reason": "checked after the failover"})");
+  ASSERT_EQ(ds, 200) << d.dump();
+  EXPECT_EQ(d["state"], "Approved") << d.dump();
+  ASSERT_TRUE(
+      Fleet::WaitFor([&] { return fleet_->NodeState("a1") == "Ready"; }, absl::Seconds(20)));
+  // The caller's retry through a follower runs, with A's approval.
+  std::optional<httplib::Response> retried = Command(f, approved_cmd);
+  ASSERT_TRUE(retried);
+  EXPECT_EQ(retried->status, 200) << retried->body;
+  EXPECT_EQ(retried->get_header_value("X-Moat-Approval-Id"), a);
+  // Exactly once: the same command again is held anew (B), it does not run on A's approval.
+  const std::string b = Hold(f, approved_cmd, &b_first, &waiters, {a});
+  ASSERT_FALSE(b.empty());
+  EXPECT_NE(b, a);
+  // C: another command held; then the second leader is killed too.
+  const std::string c = Hold(second, rejected_cmd, &c_first, &waiters, {a, b});
+  ASSERT_FALSE(c.empty());
+  const absl::Time b_held = absl::Now();
+  const int third = KillTheLeader();
+  ASSERT_GE(third, 0);
+  for (size_t i = 1; i < waiters.size(); ++i) waiters[i].join();
+  EXPECT_FALSE(b_first && b_first->status == 200) << "B ran on A's approval";
+  EXPECT_FALSE(c_first && c_first->status == 200) << "C ran without an approval";
+
+  // C rejected on the third leader through a follower: its retry answers 403 with the reason.
+  const int g = AFollower();
+  ASSERT_TRUE(Fleet::WaitFor([&] { return Pending(g).contains(c); }, absl::Seconds(10)));
+  auto [rs, r] = Admin(g, "POST", "/v1/admin/approvals/" + c + "/reject",
+                       R"({"reason": "downloads and runs a script"})");
+  ASSERT_EQ(rs, 200) << r.dump();
+  ASSERT_TRUE(
+      Fleet::WaitFor([&] { return fleet_->NodeState("a1") == "Ready"; }, absl::Seconds(20)));
+  std::optional<httplib::Response> refused = Command(g, rejected_cmd);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 403) << refused->body;
+  EXPECT_THAT(refused->body, HasSubstr("downloads and runs a script"));
+
+  // B, undecided, is rejected at its deadline by the third leader (nobody waits on it there).
+  EXPECT_TRUE(Fleet::WaitFor([&] { return !Pending(g).contains(b); },
+                             kApprovalTimeout - (absl::Now() - b_held) + absl::Seconds(5)))
+      << "the timeout did not fire after the failover";
+  auto [as, audit] = Admin(g, "GET", "/v1/admin/audit?limit=100");
+  ASSERT_EQ(as, 200);
+  std::map<std::string, std::multiset<std::string>> states;  // id -> states in the trail
+  for (const auto& rec : audit["items"]) states[rec.value("id", "")].insert(rec.value("state", ""));
+  EXPECT_EQ(states[a].count("Approved"), 1u) << audit.dump();
+  EXPECT_EQ(states[b].count("TimedOut"), 1u) << audit.dump();
+  EXPECT_EQ(states[c].count("Rejected"), 1u) << audit.dump();
+  EXPECT_TRUE(Pending(g).empty());
 }
 
 }  // namespace
