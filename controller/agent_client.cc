@@ -54,6 +54,7 @@ AgentCommandState StateFrom(const json& s) {
 json CommandBody(const AgentCommand& command, bool background) {
   json body = {{"command", command.command}, {"envs", command.env}};
   if (background) body["background"] = true;
+  if (command.run_result) body["run_result"] = true;
   if (command.timeout > absl::ZeroDuration()) {
     body["timeout"] = absl::ToInt64Milliseconds(command.timeout);
   }
@@ -241,6 +242,24 @@ class HttpAgentClient final : public AgentClient {
     count("peak_memory_bytes", result.peak_memory_bytes);
     count("sandbox_oom_kills", result.oom_kills);
     count("sandbox_pids_limit_hits", result.pids_limit_hits);
+    // moat's agent: the sandbox's violations and which stream it cut (it keeps each stream's
+    // first 1 MiB, as moat run does, for a run_result command).
+    if (s->contains("violations") && (*s)["violations"].is_array()) {
+      for (const json& v : (*s)["violations"]) {
+        if (!v.is_object() || !v.contains("kind") || !v["kind"].is_string() ||
+            !v.contains("detail") || !v["detail"].is_string()) {
+          continue;
+        }
+        result.violations.emplace_back(v["kind"].get<std::string>(),
+                                       v["detail"].get<std::string>());
+      }
+    }
+    count("violations_dropped", result.violations_dropped);
+    auto flag = [&](const char* key) {
+      return s->contains(key) && (*s)[key].is_boolean() && (*s)[key].get<bool>();
+    };
+    result.stdout_truncated = result.stdout_truncated || flag("stdout_truncated");
+    result.stderr_truncated = result.stderr_truncated || flag("stderr_truncated");
     return result;
   }
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -45,6 +46,9 @@ struct AgentCommand {
   // The CPU time the sandbox may use while the command runs (moat's cpu_timeout extension of
   // execd's request; the agent kills the command past it). Zero: none.
   absl::Duration cpu_timeout = absl::ZeroDuration();
+  // POST /v1/run's: the agent keeps each stream's first 1 MiB and settles the sandbox's
+  // violations before it reports the end (execd's run_result, moat's extension).
+  bool run_result = false;
 };
 
 // What it did, as the agent reports it: its output cleaned as `moat run --json` cleans it (the
@@ -63,6 +67,10 @@ struct AgentCommandResult {
   std::optional<uint64_t> peak_memory_bytes;
   // The sandbox's OOM kills and forks refused at its pids limit since it was made.
   std::optional<uint64_t> oom_kills, pids_limit_hits;
+  // What the sandbox did against its policy while the command ran, (kind, detail) in moat
+  // run's words as the agent reported them, and how many more it did not list.
+  std::vector<std::pair<std::string, std::string>> violations;
+  std::optional<uint64_t> violations_dropped;
 };
 
 // A command's state as the agent's GET .../command/status/{id} reports it.

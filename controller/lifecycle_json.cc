@@ -477,6 +477,7 @@ absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body, const Control
   }
   if (run.profile.empty()) run.profile = "shell";  // A command is a shell command line.
   if (run.scanned.empty()) run.scanned = run.command.command;
+  run.command.run_result = true;  // the agent keeps and reports it as moat run would
   if (run.command.command.empty() || run.command.command.size() > 65536) {
     return Bad(doc.contains("code") ? "code" : "command", "must be 1 to 65536 bytes");
   }
@@ -561,8 +562,12 @@ json RunResultJson(const AgentCommandResult& r) {
   } else {
     exit_code = r.exit_code.value_or(0);
   }
-  // As the supervisor words them (sandbox/supervisor.cc): the run's sandbox is its own, so the
-  // sandbox's counts are the run's.
+  // In moat run's order (sandbox/runner.cc): the supervisor's (seccomp, as they came), then its
+  // memory and pids counts (the run's sandbox is its own, so the sandbox's counts are the
+  // run's), then the egress session's network denials.
+  for (const auto& [kind, detail] : r.violations) {
+    if (kind != "network") violations.push_back({{"kind", kind}, {"detail", detail}});
+  }
   const uint64_t oom_kills = r.oom_kills.value_or(r.status == "oom_killed" ? 1 : 0);
   if (oom_kills > 0) {
     violations.push_back(
@@ -575,6 +580,9 @@ json RunResultJson(const AgentCommandResult& r) {
         {{"kind", "pids"},
          {"detail", absl::StrCat(*r.pids_limit_hits, " fork(s) refused at the process limit")}});
   }
+  for (const auto& [kind, detail] : r.violations) {
+    if (kind == "network") violations.push_back({{"kind", kind}, {"detail", detail}});
+  }
   json out = {{"status", status},
               {"exit_code", exit_code},
               {"signal", signal},
@@ -586,6 +594,7 @@ json RunResultJson(const AgentCommandResult& r) {
               {"cpu_seconds", r.cpu_seconds.value_or(0.0)},
               {"peak_memory_bytes", r.peak_memory_bytes.value_or(0)},
               {"violations", violations}};
+  if (r.violations_dropped.value_or(0) > 0) out["violations_dropped"] = *r.violations_dropped;
   if (!r.cpu_seconds.has_value() || !r.peak_memory_bytes.has_value()) {
     out["notes"] = {
         "the agent did not report the sandbox's cpu_seconds and peak_memory_bytes (0): it is "

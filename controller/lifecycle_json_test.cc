@@ -291,4 +291,28 @@ TEST(RunResultTest, CpuMemoryAndViolationsAsMoatRunReportsThem) {
   EXPECT_TRUE(j.contains("notes"));
 }
 
+// The agent's violations in moat run's order (sandbox/runner.cc): the supervisor's seccomp
+// ones as they came, its memory and pids counts, then the egress session's network denials.
+TEST(RunResultTest, ViolationsInMoatRunsOrder) {
+  AgentCommandResult r;
+  r.status = "oom_killed";
+  r.exit_code = 137;
+  r.oom_kills = 1;
+  r.pids_limit_hits = 2;
+  r.violations = {{"network", "GET a:80 (http) denied: x"},
+                  {"seccomp", "blocked system call mount"},
+                  {"network", "GET b:80 (http) denied: y"},
+                  {"mount", "a new mount at /x"}};
+  r.violations_dropped = 3;
+  json j = RunResultJson(r);
+  std::vector<std::string> kinds;
+  for (const json& v : j["violations"]) kinds.push_back(v["kind"]);
+  EXPECT_EQ(kinds,
+            (std::vector<std::string>{"seccomp", "mount", "memory", "pids", "network", "network"}));
+  EXPECT_EQ(j["violations"][4]["detail"], "GET a:80 (http) denied: x");
+  EXPECT_EQ(j["violations_dropped"], 3);
+  r.violations_dropped.reset();
+  EXPECT_FALSE(RunResultJson(r).contains("violations_dropped"));
+}
+
 }  // namespace moat::controller

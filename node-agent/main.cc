@@ -202,6 +202,9 @@ int Run(int argc, char** argv) {
     options.on_egress = [&](const std::string& id, bool allowed, const std::string& detail) {
       with_service([&](SandboxService& s) { s.ReportEgress(id, allowed, detail); });
     };
+    options.settle_probe = [m = monitor->get()](const std::string& id, absl::Duration timeout) {
+      m->Settle(id, timeout);
+    };
     options.last_heartbeat = [m = monitor->get()](const std::string& id) {
       absl::StatusOr<ProbeHeartbeat> beat = m->LastHeartbeat(id);
       return beat.ok() ? beat->received : absl::InfinitePast();
@@ -248,6 +251,11 @@ int Run(int argc, char** argv) {
   // Before the server, which calls it: it must outlive the server.
   ExecdApi execd(backend.get(), &registry, &metrics, &clock, ExecdOptions{});
   service.SetOnRecycled([&execd](const std::string& id) { execd.ForgetSandbox(id); });
+  // A command's result lists its sandbox's violations (POST /v1/run's, as `moat run`'s).
+  service.SetOnViolation(
+      [&execd](const std::string& id, const std::string& kind, const std::string& detail) {
+        execd.AddViolation(id, kind, detail);
+      });
   execd.Readopt(adopted);
   HttpApiOptions api_options{*token, config->max_request_bytes, config->tls};
   api_options.execd = &execd;

@@ -176,6 +176,17 @@ void SandboxService::ReportViolation(absl::string_view id, absl::string_view kin
   metrics_->AddViolation(kind);
   events_.Add(clock_->Now(), "violation", id, kind, detail);
   LogWarning(absl::StrCat("sandbox ", id, ": violation (", kind, "): ", detail));
+  // In the words of `moat run`'s supervisor (sandbox/supervisor.cc).
+  if (kind == "syscall") {
+    PassOnViolation(id, "seccomp", absl::StrCat("blocked system call ", detail));
+  } else if (kind != "memory") {
+    PassOnViolation(id, std::string(kind), std::string(detail));
+  }
+}
+
+void SandboxService::PassOnViolation(absl::string_view id, std::string kind, std::string detail) {
+  absl::MutexLock lock(&on_violation_mu_);
+  if (on_violation_) on_violation_(std::string(id), kind, detail);
 }
 
 void SandboxService::ReportLimit(absl::string_view id, absl::string_view type,
@@ -191,6 +202,7 @@ void SandboxService::ReportEgress(absl::string_view id, bool allowed, absl::stri
   metrics_->AddEgressDenial();
   metrics_->AddViolation("egress");
   events_.Add(clock_->Now(), "violation", id, "egress", detail);
+  PassOnViolation(id, "network", std::string(detail));  // as sandbox/egress words it
 }
 
 void SandboxService::ReportHeartbeatMissed(absl::string_view id) {

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "node-agent/backend/backend.h"
 #include "node-agent/config/config.h"
@@ -98,6 +99,16 @@ class SandboxService {
   void SetOnRecycled(std::function<void(const std::string&)> on_recycled) {
     on_recycled_ = std::move(on_recycled);
   }
+  // Called with each violation of a sandbox in `moat run`'s words, for its commands' results
+  // (ExecdApi::AddViolation): a probe's "syscall" as ("seccomp", "blocked system call NAME"), its
+  // "mount" as it is, an egress denial as ("network", the request and why). The probe's memory
+  // violations are not passed on: the command's OOM-kill count says them (ExecExit).
+  void SetOnViolation(
+      std::function<void(const std::string& id, const std::string& kind, const std::string& detail)>
+          on_violation) {
+    absl::MutexLock lock(&on_violation_mu_);
+    on_violation_ = std::move(on_violation);
+  }
   bool TokenMatches(absl::string_view id, absl::string_view token) const;
   absl::Status Health();
   std::string MetricsText();  // Refreshes the gauges, then serializes.
@@ -120,6 +131,11 @@ class SandboxService {
   const Clock* clock_;
   EventLog events_;
   std::function<void(const std::string&)> on_recycled_;
+  // Set while the probes already report (they start with the warm pool): under its own lock.
+  absl::Mutex on_violation_mu_;
+  std::function<void(const std::string&, const std::string&, const std::string&)> on_violation_
+      ABSL_GUARDED_BY(on_violation_mu_);
+  void PassOnViolation(absl::string_view id, std::string kind, std::string detail);
   const SandboxStore* store_ = nullptr;
   void Save(absl::string_view id);
   // Last: destroyed first, so their threads stop before the members their callbacks use. The

@@ -122,6 +122,12 @@ class LiveSandbox {
   // meanwhile, ...): the caller must not serve the sandbox (fail closed).
   absl::Status ResumeEgress(const egress::EgressOptions& options);
 
+  // Waits, at most `timeout`, until its egress proxy serves no connection (every decision made
+  // so far reported to the observer); true at once without egress.
+  bool AwaitEgressIdle(absl::Duration timeout) {
+    return egress_ == nullptr || egress_->AwaitIdle(timeout);
+  }
+
   uint32_t restart_grace_ms() const { return restart_grace_ms_; }
 
  private:

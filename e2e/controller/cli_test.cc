@@ -128,15 +128,23 @@ TEST_F(CliE2eTest, RunWithServerKeepsTheLocalContract) {
 
 // Every field of `moat run --json`, locally and through the controller (POST /v1/run), for the
 // ways a run ends: any difference in status, exit code, signal, output (byte for byte, a last
-// line without its newline included), truncation, violations fails; CPU time and peak memory
-// are measured, so they are compared as ranges both must fall in.
+// line without its newline included, the first 1 MiB of a longer stream), truncation,
+// violations (a forbidden system call, a denied egress request) fails; CPU time and peak
+// memory are measured, so they are compared as ranges both must fall in.
 TEST_F(CliE2eTest, RunWithServerMatchesALocalRunFieldByField) {
   struct Case {
     std::string name;
     std::vector<std::string> local_flags, server_flags, command;
     double min_cpu = 0, max_cpu = 1e9;
     uint64_t min_peak = 0;
+    // Set: the run has egress (locally `--policy` with these domains allowed; through the
+    // controller POST /v1/run's networkPolicy, which `moat run --server` does not take).
+    std::vector<std::string> allowed_domains = {};
+    bool violates = false;  // the run must list at least one violation
   };
+  // Egress on loopback only: the proxy refuses an address no rule allows before dialling.
+  const std::string policy = fleet_->dir() + "/egress-policy.yaml";
+  std::ofstream(policy) << "network:\n  allowedDomains: [\"allowed.invalid\"]\n";
   const std::string spin =
       "import time\nt = time.process_time()\n"
       "while time.process_time() - t < 0.4: pass\n"
@@ -156,6 +164,22 @@ TEST_F(CliE2eTest, RunWithServerMatchesALocalRunFieldByField) {
        {"--memory", "64M"},
        {"python3", "-c", "b = bytearray(256 << 20); b[::4096] = b'x' * len(b[::4096])"}},
       {"truncation", {}, {}, {"sh", "-c", "yes | head -c 1500000; yes e | head -c 10 >&2"}},
+      {"truncation of both streams",
+       {},
+       {},
+       {"sh", "-c", "yes abc | head -c 1200000; yes def | head -c 1100000 >&2; echo end"}},
+      // unshare(CLONE_NEWUSER) is refused by the seccomp filter: "seccomp" violations.
+      {"forbidden system call", {}, {}, {"unshare", "-U", "true"}, 0, 1e9, 0, {}, true},
+      {"denied egress",
+       {"--policy", policy},
+       {},
+       {"curl", "-sS", "--noproxy", "", "-o", "/dev/null", "-w", "%{http_code}\n", "-x",
+        "http://127.0.0.1:3128", "http://127.0.0.1:9/"},
+       0,
+       1e9,
+       0,
+       {"allowed.invalid"},
+       true},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -168,27 +192,30 @@ TEST_F(CliE2eTest, RunWithServerMatchesALocalRunFieldByField) {
     server_args.push_back("--");
     server_args.insert(server_args.end(), c.command.begin(), c.command.end());
     Ran local = Moat(local_args, /*bare=*/true);
-    Ran remote = Moat(server_args);
     ASSERT_EQ(local.status, 0) << local.err;
-    ASSERT_EQ(remote.status, 0) << remote.err;
-    json l = json::parse(local.out), r = json::parse(remote.out);
+    json l = json::parse(local.out), r;
+    if (c.allowed_domains.empty()) {
+      Ran remote = Moat(server_args);
+      ASSERT_EQ(remote.status, 0) << remote.err;
+      r = json::parse(remote.out);
+    } else {
+      json egress = json::array();
+      for (const std::string& d : c.allowed_domains) {
+        egress.push_back({{"action", "allow"}, {"target", d}});
+      }
+      auto [status, body] =
+          fleet_->Call("POST", "/v1/run",
+                       json{{"command", c.command},
+                            {"networkPolicy", {{"defaultAction", "deny"}, {"egress", egress}}}}
+                           .dump());
+      ASSERT_EQ(status, 200) << body.dump();
+      r = body;
+    }
+    if (c.violates) EXPECT_FALSE(l["violations"].empty()) << l.dump();
     for (const auto& [k, v] : l.items()) EXPECT_TRUE(r.contains(k)) << k;
     for (const auto& [k, v] : r.items()) EXPECT_TRUE(l.contains(k)) << k << " " << r.dump();
     for (const char* k : {"status", "exit_code", "signal", "stdout", "stderr", "stdout_truncated",
                           "stderr_truncated", "violations"}) {
-      // The one difference left (docs/controller.md, "Not yet"): past the agent's 1 MiB log
-      // per command, lines its event stream had not sent yet are dropped and said so on
-      // stderr ("[moat: N bytes dropped]"); moat run keeps each stream's first 1 MiB. Both
-      // say the output was cut; the text is compared where it is the same.
-      if (c.name == "truncation" && std::string(k) == "stdout") {
-        EXPECT_EQ(l[k].get<std::string>().substr(0, 65536),
-                  r[k].get<std::string>().substr(0, 65536));
-        continue;
-      }
-      if (c.name == "truncation" && std::string(k) == "stderr") {
-        EXPECT_TRUE(absl::EndsWith(r[k].get<std::string>(), l[k].get<std::string>())) << r[k];
-        continue;
-      }
       EXPECT_EQ(l[k], r[k]) << k;
     }
     for (const json* j : {&l, &r}) {
@@ -201,11 +228,19 @@ TEST_F(CliE2eTest, RunWithServerMatchesALocalRunFieldByField) {
     // And without --json: the same exit status and output.
     local_args.erase(local_args.begin() + 1);
     server_args.erase(server_args.begin() + 3);
-    if (c.name == "truncation") continue;  // moat run without --json streams all of it.
+    // moat run without --json streams all of it; networkPolicy has no flag.
+    if (absl::StartsWith(c.name, "truncation") || !c.allowed_domains.empty()) continue;
     Ran local_plain = Moat(local_args, /*bare=*/true);
     Ran remote_plain = Moat(server_args);
     EXPECT_EQ(local_plain.status, remote_plain.status) << remote_plain.err;
     EXPECT_EQ(local_plain.out, remote_plain.out);
+    // Both print each violation on stderr the same way.
+    for (const json& v : l["violations"]) {
+      const std::string line = absl::StrCat("moat: violation (", v["kind"].get<std::string>(),
+                                            "): ", v["detail"].get<std::string>(), "\n");
+      EXPECT_THAT(local_plain.err, HasSubstr(line));
+      EXPECT_THAT(remote_plain.err, HasSubstr(line));
+    }
   }
   EXPECT_TRUE(fleet_->Call("GET", "/v1/sandboxes").second["items"].empty());
 }

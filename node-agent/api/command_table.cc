@@ -44,17 +44,17 @@ std::string StreamCleaner::Feed(absl::string_view raw) {
   return TakeLines(/*all=*/false);
 }
 
-std::string StreamCleaner::Finish() {
-  filter_.FlushTo(&pending_);
-  return TakeLines(/*all=*/true);
+std::string StreamCleaner::Finish(bool cut) {
+  filter_.FlushTo(&pending_, /*input_was_cut=*/cut);
+  return TakeLines(/*all=*/true, cut);
 }
 
-std::string StreamCleaner::TakeLines(bool all) {
+std::string StreamCleaner::TakeLines(bool all, bool cut) {
   std::string out;
   size_t end = all ? pending_.size() : pending_.rfind('\n');
   if (end != std::string::npos && !all) ++end;
   if (end != std::string::npos && end > 0) {
-    out = sandbox::MaskSecrets(absl::string_view(pending_).substr(0, end)).text;
+    out = sandbox::MaskSecrets(absl::string_view(pending_).substr(0, end), cut).text;
     pending_.erase(0, end);
   }
   // A line that never ends is shown in pieces so it cannot hold memory. The cut goes before
@@ -77,10 +77,11 @@ std::string StreamCleaner::TakeLines(bool all) {
 }
 
 Command::Command(std::string id, std::string sandbox_id, std::string command, bool background,
-                 absl::Time started, const CommandTableOptions& options)
+                 absl::Time started, const CommandTableOptions& options, KeptOutput kept)
     : id_(std::move(id)),
       sandbox_id_(std::move(sandbox_id)),
       options_(options),
+      kept_(kept),
       out_cleaner_(options.max_line_bytes),
       err_cleaner_(options.max_line_bytes) {
   status_.id = id_;
@@ -99,13 +100,18 @@ std::string Command::backend_id() const {
   return backend_id_;
 }
 
+void Command::StoreLineLocked(OutputStream stream, absl::string_view line) {
+  lines_.push_back(Stored{OutputLine{stream, std::string(line)}, total_bytes_});
+  kept_bytes_ += line.size();
+  total_bytes_ += line.size();
+}
+
 void Command::AddLinesLocked(OutputStream stream, absl::string_view text) {
+  if (kept_ == KeptOutput::kFirst) return AddFirstLinesLocked(stream, text);
   while (!text.empty()) {
     size_t nl = text.find('\n');
     size_t len = nl == absl::string_view::npos ? text.size() : nl + 1;
-    lines_.push_back(Stored{OutputLine{stream, std::string(text.substr(0, len))}, total_bytes_});
-    kept_bytes_ += len;
-    total_bytes_ += len;
+    StoreLineLocked(stream, text.substr(0, len));
     text.remove_prefix(len);
   }
   // Keep the newest lines: a background command is polled for what it does now.
@@ -116,18 +122,74 @@ void Command::AddLinesLocked(OutputStream stream, absl::string_view text) {
   }
 }
 
+void Command::AddFirstLinesLocked(OutputStream stream, absl::string_view text) {
+  const int s = stream == OutputStream::kStdout ? 0 : 1;
+  while (!text.empty() && !cut_[s]) {
+    size_t nl = text.find('\n');
+    size_t len = nl == absl::string_view::npos ? text.size() : nl + 1;
+    const uint64_t room = options_.max_log_bytes - first_kept_[s];
+    if (len > room) {
+      // As SanitizeOutput re-caps cleaned text: on a UTF-8 boundary, the rest not kept.
+      len = room;
+      while (len > 0 && (static_cast<unsigned char>(text[len]) & 0xC0) == 0x80) --len;
+      cut_[s] = true;
+    }
+    if (len > 0) StoreLineLocked(stream, text.substr(0, len));
+    first_kept_[s] += len;
+    text.remove_prefix(len);
+  }
+}
+
 void Command::AppendOutput(OutputStream stream, absl::string_view raw) {
   absl::MutexLock lock(&mu_);
   if (!status_.running) return;
   StreamCleaner& cleaner = stream == OutputStream::kStdout ? out_cleaner_ : err_cleaner_;
+  if (kept_ == KeptOutput::kFirst) {
+    // As `moat run` collects a stream (BoundedBuffer): its first max_log_bytes raw bytes.
+    const int s = stream == OutputStream::kStdout ? 0 : 1;
+    if (cut_[s]) return;
+    const uint64_t room = options_.max_log_bytes - raw_taken_[s];
+    if (raw.size() > room) {
+      raw_taken_[s] += room;
+      AddLinesLocked(stream, cleaner.Feed(raw.substr(0, room)));
+      AddLinesLocked(stream, cleaner.Finish(/*cut=*/true));
+      cut_[s] = true;
+      return;
+    }
+    raw_taken_[s] += raw.size();
+  }
   AddLinesLocked(stream, cleaner.Feed(raw));
+}
+
+void Command::AddViolation(absl::string_view kind, absl::string_view detail) {
+  absl::MutexLock lock(&mu_);
+  if (!status_.running) return;
+  // Two caps, as in `moat run`: the egress session keeps its denials apart from the
+  // supervisor's violations and says how many more there were.
+  if (kind == "network") {
+    if (network_kept_ >= kMaxViolations) {
+      ++network_dropped_;
+      return;
+    }
+    ++network_kept_;
+  } else if (status_.violations.size() - network_kept_ >= kMaxViolations) {
+    ++status_.violations_dropped;
+    return;
+  }
+  status_.violations.push_back({std::string(kind), std::string(detail)});
 }
 
 void Command::Finish(const ExecExit& exit, absl::Time now) {
   absl::MutexLock lock(&mu_);
   if (!status_.running) return;
-  AddLinesLocked(OutputStream::kStdout, out_cleaner_.Finish());
-  AddLinesLocked(OutputStream::kStderr, err_cleaner_.Finish());
+  if (!cut_[0]) AddLinesLocked(OutputStream::kStdout, out_cleaner_.Finish());
+  if (!cut_[1]) AddLinesLocked(OutputStream::kStderr, err_cleaner_.Finish());
+  status_.stdout_truncated = cut_[0];
+  status_.stderr_truncated = cut_[1];
+  if (network_dropped_ > 0) {
+    status_.violations.push_back(
+        {"network", absl::StrCat(network_dropped_, " more network denials")});
+  }
   status_.running = false;
   status_.finished = now;
   status_.exit = exit;
@@ -221,7 +283,7 @@ CommandTable::CommandTable(CommandTableOptions options, const Clock* clock)
 
 absl::StatusOr<std::shared_ptr<Command>> CommandTable::Add(absl::string_view sandbox_id,
                                                            absl::string_view command,
-                                                           bool background) {
+                                                           bool background, KeptOutput kept) {
   absl::StatusOr<std::string> token = NewToken();
   if (!token.ok()) return token.status();
   std::string key(sandbox_id);
@@ -237,8 +299,9 @@ absl::StatusOr<std::shared_ptr<Command>> CommandTable::Add(absl::string_view san
         absl::StrCat("sandbox ", sandbox_id, " already runs ", running,
                      " commands, the limit; wait for one to end or interrupt one"));
   }
-  auto cmd = std::make_shared<Command>(absl::StrCat("cmd-", token->substr(0, 24)), key,
-                                       std::string(command), background, clock_->Now(), options_);
+  auto cmd =
+      std::make_shared<Command>(absl::StrCat("cmd-", token->substr(0, 24)), key,
+                                std::string(command), background, clock_->Now(), options_, kept);
   commands.push_back(cmd);
   return cmd;
 }
@@ -288,6 +351,14 @@ absl::StatusOr<std::shared_ptr<Command>> CommandTable::Find(absl::string_view sa
   return absl::NotFoundError(absl::StrCat(
       "no command \"", id, "\" in this sandbox; finished commands are forgotten after ",
       options_.max_finished_per_sandbox, " newer ones"));
+}
+
+void CommandTable::AddViolation(absl::string_view sandbox_id, absl::string_view kind,
+                                absl::string_view detail) {
+  absl::MutexLock lock(&mu_);
+  auto it = by_sandbox_.find(sandbox_id);
+  if (it == by_sandbox_.end()) return;
+  for (const std::shared_ptr<Command>& c : it->second) c->AddViolation(kind, detail);
 }
 
 void CommandTable::ForgetSandbox(absl::string_view sandbox_id) {

@@ -12,10 +12,20 @@
 // mostly binary chunk replaced by the binary placeholder. A line longer than
 // max_line_bytes is cut and masked as cut text (a token cut at the end is masked too).
 //
-// Memory: per command at most max_log_bytes of cleaned lines (the oldest lines are dropped and
-// readers are told "[moat: N bytes dropped]"), plus a partial line of at most max_line_bytes per
-// stream; per sandbox at most max_finished_per_sandbox finished commands and
-// max_running_per_sandbox running ones.
+// What is kept of a command's output (KeptOutput):
+//   kNewest  at most max_log_bytes of cleaned lines, both streams together; the oldest lines are
+//            dropped and readers are told "[moat: N bytes dropped]" (execd's commands: a
+//            background command is polled for what it does now);
+//   kFirst   each stream's first max_log_bytes, as `moat run --json` keeps them (its first
+//            max_log_bytes raw bytes, cleaned, and cut again to max_log_bytes); the rest is
+//            not kept and the stream is marked truncated. Nothing is dropped once kept, so
+//            the result does not depend on how fast a reader reads (POST /v1/run's commands).
+// Plus a partial line of at most max_line_bytes per stream; per sandbox at most
+// max_finished_per_sandbox finished commands and max_running_per_sandbox running ones.
+//
+// Violations (AddViolation) are the sandbox's, while the command runs, in `moat run`'s words:
+// at most kMaxViolations of each group (network denials; the rest), as the supervisor and the
+// egress session cap theirs.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +41,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "node-agent/backend/backend.h"
+#include "sandbox/output/result.h"
 #include "sandbox/output/sanitizer.h"
 #include "util/clock.h"
 
@@ -44,6 +55,8 @@ struct CommandTableOptions {
 };
 
 enum class OutputStream { kStdout, kStderr };
+enum class KeptOutput { kNewest, kFirst };
+inline constexpr size_t kMaxViolations = 64;  // per group, as sandbox/supervisor.h's default
 
 // One stream's cleaner: raw chunks in, cleaned complete lines out.
 class StreamCleaner {
@@ -51,11 +64,12 @@ class StreamCleaner {
   explicit StreamCleaner(size_t max_line_bytes) : max_line_bytes_(max_line_bytes) {}
   // Cleaned text that can be shown now: complete lines ("...\n"), or a cut overlong line.
   std::string Feed(absl::string_view raw);
-  // At the end of the stream: the rest, a partial last line without "\n".
-  std::string Finish();
+  // At the end of the stream: the rest, a partial last line without "\n". `cut`: the input was
+  // cut short (a partial character at the end is dropped, a token cut there masked).
+  std::string Finish(bool cut = false);
 
  private:
-  std::string TakeLines(bool all);
+  std::string TakeLines(bool all, bool cut = false);
 
   size_t max_line_bytes_;
   sandbox::TerminalFilter filter_;
@@ -86,6 +100,12 @@ struct CommandStatus {
   absl::Time started;
   absl::Time finished = absl::InfiniteFuture();
   ExecExit exit;  // The backend's report, once exited.
+  // kFirst: a stream's output went past what is kept.
+  bool stdout_truncated = false, stderr_truncated = false;
+  // What the sandbox did against its policy while the command ran (seccomp, network, ...), in
+  // the order reported; beyond kMaxViolations of the non-network ones, counted here.
+  std::vector<sandbox::Violation> violations;
+  uint64_t violations_dropped = 0;
 };
 
 // What ended it, as `moat run --json`'s status: "running", "exited", "signaled", "timed_out",
@@ -96,7 +116,8 @@ std::string StatusName(const CommandStatus& status);
 class Command {
  public:
   Command(std::string id, std::string sandbox_id, std::string command, bool background,
-          absl::Time started, const CommandTableOptions& options);
+          absl::Time started, const CommandTableOptions& options,
+          KeptOutput kept = KeptOutput::kNewest);
 
   const std::string& id() const { return id_; }
   const std::string& sandbox_id() const { return sandbox_id_; }
@@ -110,6 +131,8 @@ class Command {
   void Finish(const ExecExit& exit, absl::Time now);
   // The command never started (Exec failed).
   void FailToStart(absl::string_view error, absl::Time now);
+  // A violation of its sandbox while it runs (ignored once it has finished).
+  void AddViolation(absl::string_view kind, absl::string_view detail);
 
   CommandStatus Status() const;
   bool running() const;
@@ -128,10 +151,16 @@ class Command {
  private:
   void AddLinesLocked(OutputStream stream, absl::string_view text)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // kFirst: keeps what fits of `text` in the stream's max_log_bytes.
+  void AddFirstLinesLocked(OutputStream stream, absl::string_view text)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StoreLineLocked(OutputStream stream, absl::string_view line)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string id_;
   const std::string sandbox_id_;
   const CommandTableOptions options_;
+  const KeptOutput kept_;
 
   mutable absl::Mutex mu_;
   // Locking: mu_ guards everything below; cleaners are used only by the backend's callbacks,
@@ -148,6 +177,13 @@ class Command {
   uint64_t first_line_ ABSL_GUARDED_BY(mu_) = 0;  // Absolute index of lines_.front().
   uint64_t kept_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t total_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // kFirst, per stream (index: OutputStream): raw bytes taken, cleaned bytes kept, and whether
+  // the stream was cut (nothing more of it is kept).
+  uint64_t raw_taken_[2] ABSL_GUARDED_BY(mu_) = {0, 0};
+  uint64_t first_kept_[2] ABSL_GUARDED_BY(mu_) = {0, 0};
+  bool cut_[2] ABSL_GUARDED_BY(mu_) = {false, false};
+  uint64_t network_dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t network_kept_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // The commands of every sandbox. Thread-safe.
@@ -158,7 +194,8 @@ class CommandTable {
   // A new running command in `sandbox_id`. ResourceExhausted if the sandbox already runs
   // max_running_per_sandbox commands. Drops the oldest finished commands past the limit.
   absl::StatusOr<std::shared_ptr<Command>> Add(absl::string_view sandbox_id,
-                                               absl::string_view command, bool background);
+                                               absl::string_view command, bool background,
+                                               KeptOutput kept = KeptOutput::kNewest);
   // A running command carried over from a previous agent (re-adoption), with its id and start.
   std::shared_ptr<Command> Restore(absl::string_view sandbox_id, std::string id,
                                    std::string command, bool background, absl::Time started);
@@ -168,6 +205,8 @@ class CommandTable {
   // Drops the oldest finished commands of the sandbox beyond max_finished_per_sandbox (call it
   // when one finishes).
   void Prune(absl::string_view sandbox_id);
+  // A violation of the sandbox: every command of it that runs gets it (Command::AddViolation).
+  void AddViolation(absl::string_view sandbox_id, absl::string_view kind, absl::string_view detail);
   // Forgets every command of the sandbox (it was deleted). Streams that hold a command keep it.
   void ForgetSandbox(absl::string_view sandbox_id);
   // Running commands of the sandbox.

@@ -97,6 +97,68 @@ TEST(CommandTest, KeepsNewestLinesWithinTheCapAndSaysWhatWasDropped) {
   EXPECT_TRUE(batch.finished);
 }
 
+// A run's output (KeptOutput::kFirst) is what `moat run --json` keeps of each stream: its first
+// max_log_bytes raw bytes, cleaned, the stream marked truncated; nothing is dropped once kept.
+TEST(CommandTest, KeepsEachStreamsFirstBytesAsMoatRunDoes) {
+  CommandTableOptions options;
+  options.max_log_bytes = 20;
+  Command command("cmd-1", "sb-a", "x", false, absl::UnixEpoch(), options, KeptOutput::kFirst);
+  std::string out_raw, err_raw = "e1\n";
+  for (int i = 0; i < 10; ++i) out_raw += "line" + std::to_string(i) + "\n";
+  // In pieces that straddle the cap, stderr between them.
+  command.AppendOutput(OutputStream::kStdout, out_raw.substr(0, 15));
+  command.AppendOutput(OutputStream::kStderr, err_raw);
+  command.AppendOutput(OutputStream::kStdout, out_raw.substr(15));
+  command.Finish(ExecExit{.exit_code = 0}, absl::UnixEpoch());
+  CommandStatus status = command.Status();
+  EXPECT_TRUE(status.stdout_truncated);
+  EXPECT_FALSE(status.stderr_truncated);
+  std::string out, err;
+  OutputBatch batch = command.Read(0, 0, absl::ZeroDuration());
+  EXPECT_EQ(batch.dropped_bytes, 0u);
+  for (const OutputLine& line : batch.lines) {
+    (line.stream == OutputStream::kStdout ? out : err) += line.text;
+  }
+  sandbox::SanitizeOptions cap{.max_bytes = 20};
+  EXPECT_EQ(out, sandbox::SanitizeOutput(out_raw.substr(0, 20), true, cap).text);
+  EXPECT_EQ(out, "line0\nline1\nline2\nli");
+  EXPECT_EQ(err, "e1\n");
+  // Exactly the cap is not cut, as moat run's collector counts it.
+  Command exact("cmd-2", "sb-a", "x", false, absl::UnixEpoch(), options, KeptOutput::kFirst);
+  exact.AppendOutput(OutputStream::kStdout, std::string(19, 'a') + "\n");
+  exact.Finish(ExecExit{.exit_code = 0}, absl::UnixEpoch());
+  EXPECT_FALSE(exact.Status().stdout_truncated);
+  EXPECT_EQ(AllText(exact), std::string(19, 'a') + "\n");
+}
+
+TEST(CommandTableTest, ViolationsGoToTheSandboxsRunningCommandsCappedAsMoatRunCapsThem) {
+  FakeClock clock;
+  CommandTable table(CommandTableOptions{}, &clock);
+  std::shared_ptr<Command> a = *table.Add("sb-a", "a", false);
+  std::shared_ptr<Command> done = *table.Add("sb-a", "done", false);
+  done->Finish(ExecExit{.exit_code = 0}, clock.Now());
+  std::shared_ptr<Command> other = *table.Add("sb-b", "b", false);
+  table.AddViolation("sb-a", "seccomp", "blocked system call mount");
+  for (size_t i = 0; i < kMaxViolations + 2; ++i) {
+    table.AddViolation("sb-a", "network", absl::StrCat("GET h", i, " denied"));
+  }
+  for (size_t i = 0; i < kMaxViolations + 3; ++i) {
+    table.AddViolation("sb-a", "seccomp", "blocked system call unshare");
+  }
+  a->Finish(ExecExit{.exit_code = 0}, clock.Now());
+  table.AddViolation("sb-a", "seccomp", "after the end");
+  CommandStatus status = a->Status();
+  ASSERT_EQ(status.violations.size(), 2 * kMaxViolations + 1);
+  EXPECT_EQ(status.violations[0].kind, "seccomp");
+  EXPECT_EQ(status.violations[0].detail, "blocked system call mount");
+  EXPECT_EQ(status.violations[1].detail, "GET h0 denied");
+  EXPECT_EQ(status.violations.back().kind, "network");
+  EXPECT_EQ(status.violations.back().detail, "2 more network denials");
+  EXPECT_EQ(status.violations_dropped, 4u);
+  EXPECT_TRUE(done->Status().violations.empty());
+  EXPECT_TRUE(other->Status().violations.empty());
+}
+
 TEST(CommandTest, StatusReflectsTheExit) {
   CommandTableOptions options;
   Command ok("cmd-1", "sb-a", "true", false, absl::UnixEpoch(), options);

@@ -50,9 +50,9 @@ absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body) {
     } else if (key == "cwd") {
       if (!value.is_string()) return Bad(key, "must be a string (a directory in the sandbox)");
       out.cwd = value.get<std::string>();
-    } else if (key == "background") {
+    } else if (key == "background" || key == "run_result") {
       if (!value.is_boolean()) return Bad(key, "must be true or false");
-      out.background = value.get<bool>();
+      (key == "background" ? out.background : out.run_result) = value.get<bool>();
     } else if (key == "timeout" || key == "cpu_timeout") {
       if (!value.is_number_integer() || (!value.is_number_unsigned() && value.get<int64_t>() < 0)) {
         return Bad(key, "must be a whole number of milliseconds, 0 or more");
@@ -94,9 +94,9 @@ absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body) {
         out.envs[name] = text;
       }
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown field \"", key,
-                       "\"; allowed: background, command, cpu_timeout, cwd, envs, timeout"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown field \"", key,
+          "\"; allowed: background, command, cpu_timeout, cwd, envs, run_result, timeout"));
     }
   }
   if (out.command.find_first_not_of(" \t\n") == std::string::npos) {
@@ -514,6 +514,18 @@ void ExecdApi::RegisterCommandRoutes(httplib::Server& s) {
           if (status.exit.sandbox_pids_limit_hits.has_value()) {
             body["sandbox_pids_limit_hits"] = *status.exit.sandbox_pids_limit_hits;
           }
+          // moat's: what the sandbox did against its policy while the command ran, in
+          // `moat run`'s words (seccomp, network, mount), and which stream was cut.
+          json violations = json::array();
+          for (const sandbox::Violation& v : status.violations) {
+            violations.push_back({{"kind", v.kind}, {"detail", v.detail}});
+          }
+          body["violations"] = std::move(violations);
+          if (status.violations_dropped > 0) {
+            body["violations_dropped"] = status.violations_dropped;
+          }
+          body["stdout_truncated"] = status.stdout_truncated;
+          body["stderr_truncated"] = status.stderr_truncated;
           SendJson(res, body);
         });
   s.Get(
@@ -531,6 +543,27 @@ void ExecdApi::RegisterCommandRoutes(httplib::Server& s) {
         res.set_header("EXECD-COMMANDS-TAIL-CURSOR", std::to_string(next));
         res.set_content(text, "text/plain; charset=utf-8");
       });
+}
+
+ExecCallbacks ExecdApi::CallbacksFor(const std::shared_ptr<Command>& command, bool timed) const {
+  ExecCallbacks callbacks;
+  callbacks.on_stdout = [command](absl::string_view chunk) {
+    command->AppendOutput(OutputStream::kStdout, chunk);
+  };
+  callbacks.on_stderr = [command](absl::string_view chunk) {
+    command->AppendOutput(OutputStream::kStderr, chunk);
+  };
+  callbacks.on_exit = [command, hooks = hooks_, clock = clock_, timed](const ExecExit& exit) {
+    command->Finish(exit, clock->Now());
+    hooks->Exited(command->sandbox_id(),
+                  timed ? std::optional<absl::Duration>(exit.duration) : std::nullopt);
+  };
+  return callbacks;
+}
+
+void ExecdApi::AddViolation(absl::string_view sandbox_id, absl::string_view kind,
+                            absl::string_view detail) {
+  commands_.AddViolation(sandbox_id, kind, detail);
 }
 
 void ExecdApi::Readopt(const std::vector<AdoptedSandboxInfo>& sandboxes) {
@@ -557,17 +590,7 @@ void ExecdApi::Readopt(const std::vector<AdoptedSandboxInfo>& sandboxes) {
           sandbox.id, tag["id"].get<std::string>(), tag.value("command", ""),
           tag.value("background", false), absl::FromUnixNanos(tag.value("started_ns", int64_t{0})));
       command->SetBackendId(adopted.command_id);
-      ExecCallbacks callbacks;
-      callbacks.on_stdout = [command](absl::string_view chunk) {
-        command->AppendOutput(OutputStream::kStdout, chunk);
-      };
-      callbacks.on_stderr = [command](absl::string_view chunk) {
-        command->AppendOutput(OutputStream::kStderr, chunk);
-      };
-      callbacks.on_exit = [command, hooks = hooks_, clock = clock_](const ExecExit& exit) {
-        command->Finish(exit, clock->Now());
-        hooks->Exited(command->sandbox_id(), std::nullopt);
-      };
+      ExecCallbacks callbacks = CallbacksFor(command, /*timed=*/false);
       hooks_->Started(sandbox.id);
       if (absl::Status attached =
               backend_->Reattach(sandbox.id, adopted.command_id, std::move(callbacks));
@@ -599,7 +622,8 @@ std::shared_ptr<Command> ExecdApi::StartCommand(const httplib::Request& req, htt
   }
   SweepGoneSandboxes();
   absl::StatusOr<std::shared_ptr<Command>> added =
-      commands_.Add(record->id, shown, request->background);
+      commands_.Add(record->id, shown, request->background,
+                    request->run_result ? KeptOutput::kFirst : KeptOutput::kNewest);
   if (!added.ok()) {
     SendStatus(res, added.status());
     return nullptr;
@@ -611,6 +635,7 @@ std::shared_ptr<Command> ExecdApi::StartCommand(const httplib::Request& req, htt
   exec.cwd = request->cwd;
   exec.timeout = request->timeout;
   exec.cpu_timeout = request->cpu_timeout;
+  exec.settle_reports = request->run_result;
   std::map<std::string, std::string> env = {{"PATH", kDefaultPath}};
   for (const auto& [k, v] : record->env) env[k] = v;
   for (const auto& [k, v] : request->envs) env[k] = v;
@@ -625,17 +650,7 @@ std::shared_ptr<Command> ExecdApi::StartCommand(const httplib::Request& req, htt
                        .dump()
                  : nlohmann::json{{"kind", "code-run"}, {"context", code_context}}.dump();
 
-  ExecCallbacks callbacks;
-  callbacks.on_stdout = [command](absl::string_view chunk) {
-    command->AppendOutput(OutputStream::kStdout, chunk);
-  };
-  callbacks.on_stderr = [command](absl::string_view chunk) {
-    command->AppendOutput(OutputStream::kStderr, chunk);
-  };
-  callbacks.on_exit = [command, hooks = hooks_, clock = clock_](const ExecExit& exit) {
-    command->Finish(exit, clock->Now());
-    hooks->Exited(command->sandbox_id(), exit.duration);
-  };
+  ExecCallbacks callbacks = CallbacksFor(command, /*timed=*/true);
   hooks_->Started(record->id);
   absl::StatusOr<std::string> backend_id = backend_->Exec(record->id, exec, std::move(callbacks));
   if (!backend_id.ok()) {

@@ -6,7 +6,8 @@
 //   POST   /command                  run; output as SSE (init, stdout, stderr, error,
 //                                    execution_complete, ping), or background: init only
 //   DELETE /command?id=              interrupt
-//   GET    /command/status/{cmd}     state, exit code, error, times
+//   GET    /command/status/{cmd}     state, exit code, error, times (moat's: CPU, memory,
+//                                    violations, truncation)
 //   GET    /command/{cmd}/logs       cleaned output as text; ?cursor= line to read from
 //   GET    /files/info?path=...      stat       DELETE /files?path=...        remove files
 //   POST   /files/mv                 move       GET    /files/search          glob
@@ -84,6 +85,10 @@ struct ExecdRunRequest {
   absl::Duration timeout = absl::InfiniteDuration();
   // moat's extension: the CPU time the sandbox may use while the command runs (ms in the body).
   absl::Duration cpu_timeout = absl::InfiniteDuration();
+  // moat's extension (POST /v1/run sends it): the result is read as `moat run --json`'s. Each
+  // stream's first 1 MiB is kept (KeptOutput::kFirst) and the sandbox's violations are settled
+  // before the command's end is reported (ExecRequest::settle_reports).
+  bool run_result = false;
   std::map<std::string, std::string> envs;
 };
 
@@ -105,6 +110,9 @@ class ExecdApi {
   void Readopt(const std::vector<AdoptedSandboxInfo>& sandboxes);
   // The sandbox was deleted: forget its commands.
   void ForgetSandbox(absl::string_view sandbox_id);
+  // A violation of the sandbox, in `moat run`'s words (kind "seccomp", "network", ...): listed in
+  // the status of each of its commands that runs (GET /command/status/{id}).
+  void AddViolation(absl::string_view sandbox_id, absl::string_view kind, absl::string_view detail);
   // Before the server stops: streams end within `poll` instead of when their command does
   // (the commands go on; their status and logs stay).
   void StopStreams() { stopping_ = true; }
@@ -119,6 +127,9 @@ class ExecdApi {
   struct Stream;
   struct CodeContext;  // In execd_api_code.cc.
 
+  // The backend's callbacks of `command`: its output and exit, then the hooks (the registry's
+  // state; `timed`: the command latency metric too, not for a re-adopted command).
+  ExecCallbacks CallbacksFor(const std::shared_ptr<Command>& command, bool timed) const;
   void RegisterCommandRoutes(httplib::Server& server);
   void RegisterFileRoutes(httplib::Server& server);  // In execd_api_files.cc.
   void RegisterMetricsRoutes(httplib::Server& server);

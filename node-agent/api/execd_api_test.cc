@@ -364,6 +364,50 @@ TEST_F(ExecdApiTest, TimeoutKillsTheCommand) {
   EXPECT_EQ(events[2]["error"]["evalue"], "137");
 }
 
+// moat's run_result (POST /v1/run sends it): the backend is asked to settle the sandbox's
+// reports, each stream's first bytes are kept as `moat run` keeps them, and the status lists
+// the violations of the sandbox while the command ran, in moat run's words, and the cut.
+TEST_F(ExecdApiTest, RunResultKeepsTheFirstOutputAndListsTheViolations) {
+  bool settle_asked = false;
+  std::string big;
+  while (big.size() < TestExecdOptions().commands.max_log_bytes + 10) big += "0123456789abcd\n";
+  backend_.SetExecHandler([&](const ExecRequest& request) {
+    settle_asked = request.settle_reports;
+    execd_.AddViolation(id_, "seccomp", "blocked system call mount");
+    execd_.AddViolation(id_, "network", "GET 127.0.0.1:9 (http) denied: no rule allows it");
+    execd_.AddViolation("sb-other", "seccomp", "blocked system call ptrace");
+    FakeBackend::FakeOutput out;
+    out.out = big;
+    out.err = "e\n";
+    return out;
+  });
+  std::vector<json> events = Run({{"command", "x"}, {"run_result", true}});
+  EXPECT_TRUE(settle_asked);
+  std::string out;
+  for (const json& e : events) {
+    if (e["type"] != "stdout") continue;
+    const std::string text = e["text"];
+    out += text == "\n" ? text : e.value("partial", false) ? text : text + "\n";
+  }
+  // 1 MiB is not a whole number of 15-byte lines: the last one kept is cut, as moat run cuts it.
+  EXPECT_EQ(out, big.substr(0, TestExecdOptions().commands.max_log_bytes));
+  json status = Status(events[0]["text"]);
+  EXPECT_EQ(status["stdout_truncated"], true);
+  EXPECT_EQ(status["stderr_truncated"], false);
+  EXPECT_EQ(status["violations"],
+            json::parse(R"([{"kind": "seccomp", "detail": "blocked system call mount"},
+                            {"kind": "network",
+                             "detail": "GET 127.0.0.1:9 (http) denied: no rule allows it"}])"));
+  EXPECT_FALSE(status.contains("violations_dropped"));
+  // Without it: nothing to settle, the newest output kept.
+  events = Run({{"command", "x"}});
+  EXPECT_FALSE(settle_asked);
+  status = Status(events[0]["text"]);
+  EXPECT_EQ(status["stdout_truncated"], false);
+  ExpectError(Call("POST", "/command", R"({"command": "x", "run_result": 1})"), 400,
+              "INVALID_REQUEST");
+}
+
 // moat's extension for POST /v1/run: a CPU-time limit in, the sandbox's CPU time and peak
 // memory across the command out (what `moat run --json` reports).
 TEST_F(ExecdApiTest, CpuTimeoutGoesInAndCpuAndPeakMemoryComeOut) {

@@ -79,6 +79,10 @@ struct ExecRequest {
   // Opaque to the backend: kept with the command where it outlives the agent, and given back
   // by Adopt (the execd layer keeps its own id and request there).
   std::string tag;
+  // Its result is read as `moat run --json`'s (POST /v1/run): before on_exit, the backend lets
+  // what watches the sandbox report what happened until the command's end (its probe's seccomp
+  // violations, its egress proxy's denials), so that the caller's list of them is complete.
+  bool settle_reports = false;
 };
 
 // A command of a re-adopted sandbox (SandboxBackend::Adopt).

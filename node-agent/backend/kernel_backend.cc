@@ -26,6 +26,7 @@
 #include "nlohmann/json.hpp"
 #include "node-agent/backend/adopted_cgroup.h"
 #include "node-agent/backend/freezer.h"
+#include "node-agent/backend/kept_cgroups.h"
 #include "node-agent/backend/namespace_ref.h"
 #include "node-agent/config/config.h"
 #include "sandbox/cgroup/cgroup_fs.h"
@@ -49,6 +50,10 @@ constexpr absl::Duration kStartTimeout = absl::Seconds(10);
 // How often a command's cpu_timeout is checked: a run may pass it by up to this much CPU time
 // per core of its quota.
 constexpr absl::Duration kCpuPoll = absl::Milliseconds(20);
+// How long a command with settle_reports waits, at most, for its sandbox's egress proxy to finish
+// the connections it serves and for its probe's reports (they are normally there at once: the
+// wait is for a thread that has not run yet, not for the sandbox).
+constexpr absl::Duration kSettleTimeout = absl::Milliseconds(200);
 
 namespace cgroupfs = sandbox::cgroupfs;
 
@@ -123,6 +128,27 @@ void ReadFrames(absl::string_view text, F frame) {
 
 int PidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
+// The cgroups a record names, only the sandbox's own ("<hierarchy>/moat/...-<id>"): a damaged
+// record must not name, say, a hierarchy's root. `rejected`: the first other one, if any.
+std::vector<std::string> RecordedCgroups(const nlohmann::json& record, const std::string& id,
+                                         std::string* rejected) {
+  std::vector<std::string> dirs;
+  if (!record.is_object() || !record.contains("cgroups") || !record["cgroups"].is_array()) {
+    return dirs;
+  }
+  for (const auto& cg : record["cgroups"]) {
+    if (!cg.is_string()) continue;
+    const std::string dir = cg.get<std::string>();
+    if (absl::StrContains(dir, "/moat/") && absl::EndsWith(dir, absl::StrCat("-", id)) &&
+        !absl::StrContains(dir, "..")) {
+      dirs.push_back(dir);
+    } else if (rejected->empty()) {
+      *rejected = dir;
+    }
+  }
+  return dirs;
+}
+
 }  // namespace
 
 struct KernelBackend::Command {
@@ -136,6 +162,7 @@ struct KernelBackend::Command {
   // most it may reach before the command is killed (the request's cpu_timeout; 0: none).
   std::optional<uint64_t> cpu_start_ns;
   uint64_t cpu_limit_ns = 0;
+  bool settle_reports = false;  // ExecRequest::settle_reports
   // Guarded by the backend's mu_:
   bool started = false;
   bool start_failed = false;  // before execve: Exec reports it, no callback runs
@@ -294,10 +321,15 @@ absl::StatusOr<CreatedSandbox> KernelBackend::Create(const SandboxSpec& spec) {
   }
   {
     absl::MutexLock lock(&mu_);
-    if (boxes_.contains(spec.id)) {
+    if (boxes_.contains(spec.id) || creating_.contains(spec.id)) {
       return absl::AlreadyExistsError(absl::StrCat("sandbox \"", spec.id, "\" exists"));
     }
+    creating_.insert(spec.id);
   }
+  auto created = absl::MakeCleanup([&] {
+    absl::MutexLock lock(&mu_);
+    creating_.erase(spec.id);
+  });
   ASSIGN_OR_RETURN(sandbox::Policy policy,
                    ParseAgentPolicy(spec.policy, absl::StrCat("policy of ", spec.id)));
   auto box = std::make_shared<Box>();
@@ -431,7 +463,33 @@ absl::StatusOr<CleanupReport> KernelBackend::Destroy(absl::string_view id) {
     report.residue.push_back(absl::StrCat("record \"", box->record_path, "\" not removed"));
   }
   ::unlink(SpoolPath(box->id).c_str());
+  // A kept sandbox ended: the cgroups kept sandboxes left that nothing names go too (not this
+  // sandbox's residue: logged).
+  if (box->sandbox->restart_grace_ms() > 0) {
+    if (absl::StatusOr<int> swept = RemoveUnusedKeptCgroups(); !swept.ok()) {
+      LogWarning(std::string(swept.status().message()));
+    }
+  }
   return report;
+}
+
+absl::StatusOr<int> KernelBackend::RemoveUnusedKeptCgroups() {
+  const std::string records = absl::StrCat(options_.state_dir, "/sandboxes/");
+  absl::StatusOr<std::vector<std::string>> removed =
+      agent::RemoveUnusedKeptCgroups(factory_->cgroup_layout(), [&](absl::string_view id) {
+        {
+          absl::MutexLock lock(&mu_);
+          if (boxes_.contains(id) || creating_.contains(id)) return true;
+        }
+        struct stat st;
+        return ::stat(absl::StrCat(records, id, ".json").c_str(), &st) == 0 || errno != ENOENT;
+      });
+  if (!removed.ok()) return removed.status();
+  if (!removed->empty()) {
+    LogInfo(absl::StrCat("removed ", removed->size(),
+                         " cgroup(s) of kept sandboxes that no record names"));
+  }
+  return static_cast<int>(removed->size());
 }
 
 std::string KernelBackend::SpoolPath(absl::string_view id) const {
@@ -498,6 +556,7 @@ absl::StatusOr<std::string> KernelBackend::Exec(absl::string_view id, const Exec
   auto command = std::make_shared<Command>();
   command->cwd = cwd;
   command->begin = absl::Now();
+  command->settle_reports = request.settle_reports;
   if (request.timeout != absl::InfiniteDuration()) {
     command->deadline = command->begin + request.timeout;
   }
@@ -783,6 +842,11 @@ void KernelBackend::FinishCommand(const std::shared_ptr<Box>& box,
       box->oom_kills_seen = usage->oom_kills;
     }
   }
+  if (command->settle_reports) {
+    // What its egress proxy and its probe decided until its end reaches the caller first.
+    box->sandbox->AwaitEgressIdle(kSettleTimeout);
+    if (options_.settle_probe) options_.settle_probe(box->id, kSettleTimeout);
+  }
   absl::MutexLock cb(&command->cb_mu);
   if (command->finished) return;
   command->finished = true;
@@ -933,19 +997,9 @@ absl::StatusOr<CleanupReport> KernelBackend::CleanLeftovers() {
     }
     if (record.is_object() && record.value("agent_pid", 0) == ::getpid()) continue;
     // Its processes: whatever is still in its cgroups (init normally exited when the agent's
-    // socket closed, taking its pid namespace along). Only the sandbox's own cgroups: a damaged
-    // record must not name, say, a hierarchy's root.
-    std::vector<std::string> dirs;
-    if (record.is_object() && record.contains("cgroups") && record["cgroups"].is_array()) {
-      for (const auto& cg : record["cgroups"]) {
-        if (!cg.is_string()) continue;
-        const std::string dir = cg.get<std::string>();
-        if (absl::StrContains(dir, "/moat/") && absl::EndsWith(dir, absl::StrCat("-", id)) &&
-            !absl::StrContains(dir, "..")) {
-          dirs.push_back(dir);
-        }
-      }
-    }
+    // socket closed, taking its pid namespace along). Only the sandbox's own cgroups.
+    std::string rejected;
+    const std::vector<std::string> dirs = RecordedCgroups(record, id, &rejected);
     if (!dirs.empty()) {
       absl::StatusOr<std::vector<pid_t>> pids = cgroupfs::ListProcesses(dirs.front());
       if (pids.ok() && !pids->empty()) {
@@ -973,6 +1027,12 @@ absl::StatusOr<CleanupReport> KernelBackend::CleanLeftovers() {
       }
     }
     if (::unlink(path.c_str()) == 0) ++report.workspaces_removed;
+  }
+  // The cgroups of kept sandboxes that nothing names (their state dir is gone, say).
+  if (absl::StatusOr<int> swept = RemoveUnusedKeptCgroups(); swept.ok()) {
+    report.cgroups_removed += *swept;
+  } else {
+    report.residue.push_back(std::string(swept.status().message()));
   }
   // The cgroups of sandboxes whose agent is gone (named "<dead pid>-<id>").
   absl::StatusOr<std::vector<std::string>> removed =
@@ -1070,20 +1130,14 @@ absl::StatusOr<std::shared_ptr<KernelBackend::Box>> KernelBackend::AdoptOne(
   if (!pidfd || StartTimeOf(init) != init_start) return absl::NotFoundError("its init is gone");
 
   // Its cgroups, renamed after this agent (so that CleanupStaleCgroups keeps them). Only the
-  // sandbox's own: a damaged record must not name, say, a hierarchy's root.
-  std::vector<std::string> old_paths, paths;
-  if (record.contains("cgroups") && record["cgroups"].is_array()) {
-    for (const auto& cg : record["cgroups"]) {
-      if (!cg.is_string()) continue;
-      const std::string path = cg.get<std::string>();
-      if (!absl::StrContains(path, "/moat/") || !absl::EndsWith(path, absl::StrCat("-", id)) ||
-          absl::StrContains(path, "..")) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("its record names cgroup \"", path, "\", not one of a sandbox"));
-      }
-      old_paths.push_back(path);
-    }
+  // sandbox's own.
+  std::string rejected;
+  const std::vector<std::string> old_paths = RecordedCgroups(record, id, &rejected);
+  if (!rejected.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("its record names cgroup \"", rejected, "\", not one of a sandbox"));
   }
+  std::vector<std::string> paths;
   if (old_paths.empty()) return absl::FailedPreconditionError("its record names no cgroup");
   for (const std::string& path : old_paths) {
     if (absl::StrContains(path, absl::StrCat("/keep-", id))) {

@@ -11,7 +11,9 @@
 //   processes   in the sandbox's pid namespace; init is a child of the agent, and exits when the
 //               agent's end of its socket closes (so a killed agent leaves no sandbox running)
 //   cgroup      <hierarchy>/moat/<agent pid>-<id>: CleanupStaleCgroups removes it once the
-//               agent's pid is gone; with a restart grace keep-<id> (found by its record)
+//               agent's pid is gone; with a restart grace keep-<id> (found by its record; one
+//               no record names is removed once empty, at start and whenever a kept sandbox
+//               ends: kept_cgroups.h)
 //   mounts      only in the sandbox's own mount namespace (its /workspace and /tmp are tmpfs
 //               there): nothing is mounted on the host, and the namespace dies with the last
 //               process. Destroy checks that no process is left in it.
@@ -42,6 +44,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "node-agent/backend/backend.h"
@@ -63,6 +66,9 @@ struct KernelBackendOptions {
   std::function<void(const std::string& id)> on_destroy;
   // Each egress request of a sandbox with network, as the proxy decides it (its threads).
   std::function<void(const std::string& id, bool allowed, const std::string& detail)> on_egress;
+  // Before the on_exit of a command with settle_reports: returns once what the sandbox's probe
+  // reported until then has been handled (ProbeMonitor::Settle), or after `timeout`.
+  std::function<void(const std::string& id, absl::Duration timeout)> settle_probe;
   // The probe's last heartbeat, for Probe(); InfinitePast when not given.
   std::function<absl::Time(const std::string& id)> last_heartbeat;
   // > 0: sandboxes outlive a released or dead agent by this much (Release, Adopt).
@@ -136,6 +142,9 @@ class KernelBackend final : public SandboxBackend {
   absl::StatusOr<std::shared_ptr<Box>> AdoptOne(const std::string& id, const std::string& text,
                                                 AdoptedSandboxInfo* info);
   std::string SpoolPath(absl::string_view id) const;
+  // Removes the keep-* cgroups that no sandbox of ours and no record names (kept_cgroups.h);
+  // returns how many.
+  absl::StatusOr<int> RemoveUnusedKeptCgroups();
 
   const KernelBackendOptions options_;
   const std::unique_ptr<sandbox::SandboxFactory> factory_;
@@ -147,6 +156,8 @@ class KernelBackend final : public SandboxBackend {
   mutable absl::Mutex mu_;
   absl::CondVar started_cv_;
   absl::flat_hash_map<std::string, std::shared_ptr<Box>> boxes_ ABSL_GUARDED_BY(mu_);
+  // Ids whose Create is under way: their cgroup may exist before their record does.
+  absl::flat_hash_set<std::string> creating_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<Watch>> watches_ ABSL_GUARDED_BY(mu_);
   uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 1;
   uint32_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;

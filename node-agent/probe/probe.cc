@@ -183,18 +183,27 @@ void Probe::Tick() {
 }
 
 void Probe::HandleSeccomp() {
-  absl::StatusOr<sandbox::SeccompViolation> violation =
-      sandbox::HandleSeccompNotification(seccomp_fd_.get(), config_.arch);
-  if (absl::IsNotFound(violation.status())) return;  // the caller died or was interrupted
-  if (!violation.ok()) {
-    ReportError(violation.status().ToString());
+  absl::StatusOr<sandbox::SeccompRequest> request =
+      sandbox::ReceiveSeccompRequest(seccomp_fd_.get());
+  if (absl::IsNotFound(request.status())) return;  // the caller died or was interrupted
+  if (!request.ok()) {
+    ReportError(request.status().ToString());
     seccomp_fd_.reset();  // unusable; without a listener the kernel fails such calls (ENOSYS)
     return;
   }
-  nlohmann::json line = {
-      {"type", "violation"}, {"kind", "syscall"}, {"detail", violation->syscall}};
-  if (violation->pid > 0) line["pid"] = violation->pid;
+  // Reported before the answer: the call returns (and the command can end) only once its line
+  // is in the pipe, so the agent settling a command's reports (ProbeMonitor::Settle) sees it.
+  const sandbox::SeccompViolation described =
+      sandbox::DescribeSeccompRequest(*request, config_.arch);
+  nlohmann::json line = {{"type", "violation"}, {"kind", "syscall"}, {"detail", described.syscall}};
+  if (described.pid > 0) line["pid"] = described.pid;
   channel_.Send(std::move(line));
+  absl::StatusOr<sandbox::SeccompViolation> answered =
+      sandbox::AnswerAsViolation(seccomp_fd_.get(), *request, config_.arch);
+  if (!answered.ok() && !absl::IsNotFound(answered.status())) {
+    ReportError(answered.status().ToString());
+    seccomp_fd_.reset();
+  }
 }
 
 void Probe::Drain(absl::Duration budget) {

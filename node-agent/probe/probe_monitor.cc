@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -140,6 +141,22 @@ void ProbeMonitor::Forget(absl::string_view id) {
   // Wait for callbacks the thread collected before the erase; from a callback there are none
   // left to wait for (and waiting would deadlock).
   if (std::this_thread::get_id() != thread_.get_id()) absl::MutexLock wait(&dispatch_mu_);
+}
+
+void ProbeMonitor::Settle(absl::string_view id, absl::Duration timeout) {
+  if (std::this_thread::get_id() == thread_.get_id()) return;  // it would wait for itself
+  absl::MutexLock lock(&mu_);
+  auto it = watched_.find(id);
+  if (it == watched_.end()) return;
+  int unread = 0;
+  if (it->second->pipe) ::ioctl(it->second->pipe.get(), FIONREAD, &unread);
+  // A round under way may have read the line already; one that began before the line came may
+  // not see it (its epoll_wait returned earlier): the one after it does.
+  const uint64_t target = unread > 0 ? rounds_begun_ + 2 : rounds_begun_;
+  auto settled = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return rounds_done_ >= target || stopping_;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&settled), timeout);
 }
 
 absl::StatusOr<ProbeHeartbeat> ProbeMonitor::LastHeartbeat(absl::string_view id) const {
@@ -289,9 +306,11 @@ void ProbeMonitor::Loop() {
     const int n = ::epoll_wait(epoll_.get(), events, 32, timeout_ms);
     absl::MutexLock dispatch(&dispatch_mu_);
     Calls calls;
+    uint64_t round = 0;
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
+      round = ++rounds_begun_;
       for (int i = 0; i < n; ++i) {
         const uint64_t token = events[i].data.u64 / 2;
         if (token == 0) continue;  // the wake fd; stopping_ says why
@@ -319,6 +338,8 @@ void ProbeMonitor::Loop() {
       CheckHeartbeatsLocked(calls);
     }
     for (auto& call : calls) call();
+    absl::MutexLock lock(&mu_);
+    rounds_done_ = round;
   }
 }
 

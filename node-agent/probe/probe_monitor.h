@@ -88,6 +88,13 @@ class ProbeMonitor {
   // callback may itself call Forget).
   void Forget(absl::string_view id);
 
+  // Returns once every line the probe of `id` had written before the call has been handled and
+  // its callbacks have returned, or after `timeout`. The probe reports a seccomp violation before
+  // it answers the call, so after a command's end this makes its violations known (the agent's
+  // command results list them). Returns at once on the monitor's own thread (from a callback)
+  // and for a sandbox that is not watched.
+  void Settle(absl::string_view id, absl::Duration timeout);
+
   // NotFound if `id` is not watched.
   absl::StatusOr<ProbeHeartbeat> LastHeartbeat(absl::string_view id) const;
 
@@ -145,6 +152,10 @@ class ProbeMonitor {
   std::map<uint64_t, Watched*> by_token_ ABSL_GUARDED_BY(mu_);  // epoll data -> entry
   uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t bad_lines_ ABSL_GUARDED_BY(mu_) = 0;
+  // Rounds of the loop (an epoll wakeup: read, then callbacks): begun, and whose callbacks have
+  // all returned. What a pipe holds now is read by the round after the next at the latest.
+  uint64_t rounds_begun_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t rounds_done_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 

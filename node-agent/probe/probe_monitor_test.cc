@@ -263,5 +263,41 @@ TEST_F(ProbeMonitorTest, ForgetEndsCallbacksAndWatchRefusesDuplicates) {
   EXPECT_TRUE(recorder_.events("a").empty());
 }
 
+// Settle returns once what the probe wrote before it has been handled, callbacks included: the
+// agent calls it at a command's end so that the command's result lists its violations.
+TEST(ProbeMonitorSettleTest, ReturnsOnceEarlierLinesWereHandled) {
+  FakeClock clock;
+  absl::Mutex mu;
+  std::vector<std::string> seen;
+  ProbeCallbacks callbacks;
+  callbacks.on_event = [&](const std::string& id, const ProbeEvent& event) {
+    absl::SleepFor(absl::Milliseconds(100));  // a slow callback: Settle must wait for it
+    absl::MutexLock lock(&mu);
+    seen.push_back(event.detail);
+  };
+  auto monitor = ProbeMonitor::Create({.interval = absl::Seconds(10), .misses = 3},
+                                      std::move(callbacks), &clock);
+  ASSERT_TRUE(monitor.ok()) << monitor.status();
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+  UniqueFd write_end(fds[1]);
+  ASSERT_TRUE((*monitor)->Watch("a", UniqueFd(fds[0]), 0).ok());
+  for (const char* detail : {"mount", "unshare(CLONE_NEWUSER)"}) {
+    const std::string line =
+        absl::StrCat(R"({"type":"violation","kind":"syscall","detail":")", detail, "\"}\n");
+    ASSERT_EQ(::write(write_end.get(), line.data(), line.size()),
+              static_cast<ssize_t>(line.size()));
+    (*monitor)->Settle("a", absl::Seconds(10));
+    absl::MutexLock lock(&mu);
+    ASSERT_FALSE(seen.empty());
+    EXPECT_EQ(seen.back(), detail);
+  }
+  // Nothing to wait for: an unknown sandbox, a quiet pipe.
+  const absl::Time start = absl::Now();
+  (*monitor)->Settle("nope", absl::Seconds(10));
+  (*monitor)->Settle("a", absl::Seconds(10));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
 }  // namespace
 }  // namespace moat::agent

@@ -319,6 +319,12 @@ void EgressProxy::UntrackUpstream(uint64_t id) {
   connections_.at(id)->upstream_fd = -1;
 }
 
+bool EgressProxy::AwaitIdle(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return live_ == 0; };
+  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+}
+
 void EgressProxy::FinishConnection(uint64_t id) {
   {
     absl::MutexLock lock(&mu_);

@@ -66,6 +66,10 @@ class EgressProxy {
   absl::Status Start();
   // Closes the listeners and every open connection and joins all threads. Idempotent.
   void Stop();
+  // Waits until no connection is being served (each one's audit record is written when its
+  // thread ends), at most `timeout`; returns whether none is. Whoever reads the decisions after
+  // a command ended (the agent's run results) waits for the denial answered just before.
+  bool AwaitIdle(absl::Duration timeout);
 
  private:
   enum class Door { kHttp, kSocks, kTransparent };

@@ -405,6 +405,10 @@ absl::StatusOr<IpAddress> EgressSession::TransparentAddress(const CanonicalHost&
   return local;
 }
 
+bool EgressSession::AwaitIdle(absl::Duration timeout) {
+  return proxy_ == nullptr || proxy_->AwaitIdle(timeout);
+}
+
 std::vector<sandbox::Violation> EgressSession::Finish() {
   if (finished_) return {};
   finished_ = true;

@@ -107,6 +107,10 @@ class EgressSession {
   // descriptor that is anything else is refused and nothing is served.
   absl::Status AttachListeners(std::vector<UniqueFd> listeners);
 
+  // Waits, at most `timeout`, until the proxy serves no connection: every request decided so far
+  // has then reached the observer. Returns whether it is idle.
+  bool AwaitIdle(absl::Duration timeout);
+
   // Stops serving (closing every connection) and returns the denials as `network` violations,
   // at most max_violations of them. Idempotent.
   std::vector<sandbox::Violation> Finish();

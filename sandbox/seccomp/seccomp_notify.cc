@@ -126,6 +126,11 @@ absl::Status AnswerSeccompRequestWithFd(int listener_fd, uint64_t id, int fd, bo
   return absl::OkStatus();
 }
 
+SeccompViolation DescribeSeccompRequest(const SeccompRequest& request, Arch arch) {
+  std::string name;
+  return SeccompViolation{Describe(request.data, arch, name), request.pid};
+}
+
 absl::StatusOr<SeccompViolation> AnswerAsViolation(int listener_fd, const SeccompRequest& request,
                                                    Arch arch) {
   std::string name;

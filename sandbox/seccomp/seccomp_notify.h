@@ -54,6 +54,11 @@ bool SeccompRequestIsValid(int listener_fd, uint64_t id);
 // NotFound as above.
 absl::Status AnswerSeccompRequestWithFd(int listener_fd, uint64_t id, int fd, bool cloexec);
 
+// What `request` attempted ("mount", "clone(CLONE_NEWUSER)", ...), without answering it: a
+// supervisor that reports a violation before its answer lets the call return only once the
+// report is on its way (the agent's probe does, so that a command's result lists it).
+SeccompViolation DescribeSeccompRequest(const SeccompRequest& request, Arch arch);
+
 // Answers `request` as the violation the filter means (ViolationErrno) and describes it.
 // NotFound if the caller died or was interrupted before the answer.
 absl::StatusOr<SeccompViolation> AnswerAsViolation(int listener_fd, const SeccompRequest& request,
