@@ -338,8 +338,8 @@ class HaApprovalE2eTest : public HaE2eTest {
  protected:
   static constexpr absl::Duration kApprovalTimeout = absl::Seconds(20);
 
-  void SetUp() override {
-    HaE2eTest::SetUp();
+  void StartFleet() override {
+    HaE2eTest::StartFleet();
     if (IsSkipped() || HasFatalFailure()) return;
     fleet_->set_extra_config(absl::StrCat(
         "precheck: {approval_timeout: ", absl::ToInt64Seconds(kApprovalTimeout), "s}\n"));
