@@ -2,29 +2,15 @@
 #include <memory>
 
 #include "controller/scheduler/framework.h"
+#include "controller/testing/scheduler_inputs.h"
 #include "gtest/gtest.h"
 
 namespace moat::controller::scheduler {
 namespace {
 
-constexpr uint64_t kGiB = 1ULL << 30;
-
-NodeInfo Node() {
-  NodeInfo n;
-  n.name = "n1";
-  n.arch = "x86_64";
-  n.allocatable = {2, 8 * kGiB, 1000};
-  n.profiles = {"default"};
-  return n;
-}
-
-SandboxRequest Request() {
-  SandboxRequest r;
-  r.tenant = "t1";
-  r.profile = "default";
-  r.resources = {1, 2 * kGiB, 100};
-  return r;
-}
+using testing::kGiB;
+using testing::Node;
+using testing::Request;
 
 Snapshot Fleet() { return Snapshot{}; }
 

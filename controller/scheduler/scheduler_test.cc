@@ -1,30 +1,18 @@
 #include "controller/scheduler/scheduler.h"
 
 #include "absl/strings/str_cat.h"
+#include "controller/testing/scheduler_inputs.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace moat::controller::scheduler {
 namespace {
 
-constexpr uint64_t kGiB = 1ULL << 30;
+using testing::kGiB;
+using testing::Node;
 
-NodeInfo Node(std::string name, std::string arch = "x86_64") {
-  NodeInfo n;
-  n.name = std::move(name);
-  n.arch = std::move(arch);
-  n.allocatable = {2, 8 * kGiB, 1000};
-  n.profiles = {"default"};
-  return n;
-}
-
-SandboxRequest Request() {
-  SandboxRequest r;
-  r.tenant = "t1";
-  r.profile = "default";
-  r.resources = {1, 2 * kGiB, 0};
-  return r;
-}
+// This suite's requests count no pids.
+SandboxRequest Request() { return testing::Request(/*pids=*/0); }
 
 TEST(SchedulerTest, ReasonsCountEveryNodeThatDoesNotFit) {
   std::vector<NodeInfo> nodes = {Node("a"), Node("b"), Node("c", "aarch64")};

@@ -1,16 +1,15 @@
 #include "node-agent/backend/kept_cgroups.h"
 
-#include <dirent.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <map>
-#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "node-agent/backend/backend.h"
+#include "sandbox/cgroup/cgroup.h"
 #include "sandbox/cgroup/cgroup_fs.h"
 
 namespace moat::agent {
@@ -32,26 +31,9 @@ absl::Time ChangedAt(const std::string& dir) {
 absl::StatusOr<std::vector<std::string>> RemoveUnusedKeptCgroups(
     const sandbox::CgroupLayout& layout, const std::function<bool(absl::string_view id)>& in_use,
     absl::Duration min_age, absl::Time now) {
-  // The hierarchies this agent makes its sandboxes' cgroups in, as CleanupStaleCgroups reads
-  // them: each v1 mount, and the v2 directory that holds moat/.
-  std::set<std::string> hierarchies;
-  for (const auto& [controller, mount] : layout.v1_mounts) hierarchies.insert(mount);
-  if (!layout.v2_mount.empty()) {
-    hierarchies.insert(layout.v2_parent.empty() ? layout.v2_mount : layout.v2_parent);
-  }
-  // keep-<id> -> its directory in each hierarchy.
-  std::map<std::string, std::vector<std::string>> kept;
-  for (const std::string& hierarchy : hierarchies) {
-    const std::string parent = absl::StrCat(hierarchy, "/", cgroupfs::kMoatDir);
-    DIR* d = ::opendir(parent.c_str());
-    if (d == nullptr) continue;  // no moat/ here: nothing was ever made
-    while (struct dirent* entry = ::readdir(d)) {
-      absl::string_view name = entry->d_name;
-      if (entry->d_type != DT_DIR || !absl::StartsWith(name, kKeptCgroupPrefix)) continue;
-      kept[std::string(name)].push_back(absl::StrCat(parent, "/", name));
-    }
-    ::closedir(d);
-  }
+  // keep-<id> -> its directory in each hierarchy this agent makes sandboxes' cgroups in.
+  const std::map<std::string, std::vector<std::string>> kept = sandbox::MoatCgroupsByName(
+      layout, [](absl::string_view name) { return absl::StartsWith(name, kKeptCgroupPrefix); });
   std::vector<std::string> removed, failures;
   for (const auto& [name, dirs] : kept) {
     const absl::string_view id = absl::string_view(name).substr(sizeof(kKeptCgroupPrefix) - 1);

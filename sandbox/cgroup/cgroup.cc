@@ -463,28 +463,35 @@ absl::StatusOr<std::unique_ptr<Cgroup>> Cgroup::Create(const CgroupLayout& layou
   return std::make_unique<SplitCgroup>(std::move(v1), std::move(v2));
 }
 
-absl::StatusOr<std::vector<std::string>> CleanupStaleCgroups(const CgroupLayout& layout) {
+std::map<std::string, std::vector<std::string>> MoatCgroupsByName(
+    const CgroupLayout& layout, const std::function<bool(absl::string_view name)>& keep) {
   std::set<std::string> mounts;
   for (const auto& [controller, mount] : layout.v1_mounts) mounts.insert(mount);
   if (!layout.v2_mount.empty()) mounts.insert(V2Parent(layout));
-
-  // name -> its directory in each hierarchy
-  std::map<std::string, std::vector<std::string>> stale;
+  std::map<std::string, std::vector<std::string>> out;
   for (const std::string& mount : mounts) {
     const std::string parent = absl::StrCat(mount, "/", cgroupfs::kMoatDir);
     DIR* d = ::opendir(parent.c_str());
     if (d == nullptr) continue;  // no moat/ here: nothing was ever created
     while (struct dirent* entry = ::readdir(d)) {
-      if (entry->d_type != DT_DIR) continue;
-      // Spares beyond the pool's size (say from a build with a larger pool) are trimmed.
-      std::optional<int> spare = cgroupfs::SpareIndex(entry->d_name);
-      if (spare.has_value() && *spare < cgroupfs::kSpareCgroups) continue;
-      pid_t owner = OwnerPid(entry->d_name);
-      if (!spare.has_value() && (owner == 0 || ProcessExists(owner))) continue;
-      stale[entry->d_name].push_back(absl::StrCat(parent, "/", entry->d_name));
+      if (entry->d_type != DT_DIR || !keep(entry->d_name)) continue;
+      out[entry->d_name].push_back(absl::StrCat(parent, "/", entry->d_name));
     }
     ::closedir(d);
   }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> CleanupStaleCgroups(const CgroupLayout& layout) {
+  const auto stale = MoatCgroupsByName(layout, [](absl::string_view name) {
+    if (name == "." || name == "..") return false;
+    const std::string text(name);
+    // Spares beyond the pool's size (say from a build with a larger pool) are trimmed.
+    std::optional<int> spare = cgroupfs::SpareIndex(text);
+    if (spare.has_value()) return *spare >= cgroupfs::kSpareCgroups;
+    pid_t owner = OwnerPid(text);
+    return owner != 0 && !ProcessExists(owner);
+  });
 
   std::vector<std::string> removed;
   std::vector<std::string> failures;

@@ -19,6 +19,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -150,6 +151,12 @@ class Cgroup {
 
   virtual std::vector<std::string> paths() const = 0;  // directories it owns
 };
+
+// The cgroup directories directly under `<hierarchy>/moat/` in each hierarchy of `layout` (each
+// v1 mount and the v2 parent) whose name `keep` accepts: name -> its directory in each
+// hierarchy that has it. A hierarchy without moat/ has nothing.
+std::map<std::string, std::vector<std::string>> MoatCgroupsByName(
+    const CgroupLayout& layout, const std::function<bool(absl::string_view name)>& keep);
 
 // Removes cgroups under `<hierarchy>/moat/` whose name encodes a pid (`<pid>-<suffix>`) that no
 // longer exists (a crashed run), killing what is inside first, and spares beyond the pool's
