@@ -33,7 +33,9 @@ constexpr size_t kMaxPathsPerRequest = 1000;
 // Permission bits as the spec writes them: 0755 is the number 755.
 int OctalDigits(uint32_t mode) {
   int out = 0;
-  absl::SimpleAtoi(absl::StrFormat("%o", mode & 07777), &out);
+  for (uint32_t bits = mode & 07777, place = 1; bits != 0; bits >>= 3, place *= 10) {
+    out += static_cast<int>((bits & 7) * place);
+  }
   return out;
 }
 
