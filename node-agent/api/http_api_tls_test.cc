@@ -1,13 +1,13 @@
-// The API over TLS: a self-signed certificate made with the openssl command for the test.
+// The API over TLS, with a certificate from a test CA (util/testing/test_ca.h).
 #include <httplib.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "node-agent/api/http_api.h"
 #include "node-agent/backend/fake_backend.h"
 #include "util/testing/temp_dir.h"
+#include "util/testing/test_ca.h"
 
 namespace moat::agent {
 namespace {
@@ -15,17 +15,13 @@ namespace {
 constexpr char kNodeToken[] = "node-token-0123456789abcdef";
 
 TEST(HttpApiTlsTest, ServesHttpsWithTheConfiguredCertificate) {
-  if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "the openssl command is needed to make a test certificate";
-  }
   ScopedTempDir dir;
-  std::string cert = dir.File("agent_test.crt");
-  std::string key = dir.File("agent_test.key");
-  std::string make =
-      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
-      "-keyout " +
-      key + " -out " + cert + " >/dev/null 2>&1";
-  ASSERT_EQ(std::system(make.c_str()), 0);
+  absl::StatusOr<moat::testing::TestCa> ca =
+      moat::testing::MakeTestCa(dir.path(), {"IP:127.0.0.1"});
+  if (absl::IsFailedPrecondition(ca.status())) GTEST_SKIP() << ca.status();
+  ASSERT_TRUE(ca.ok()) << ca.status();
+  const std::string& cert = ca->server_pem;
+  const std::string& key = ca->server_key;
 
   AgentConfig config;
   config.profiles = {ProfileConfig{"default"}};
@@ -40,7 +36,7 @@ TEST(HttpApiTlsTest, ServesHttpsWithTheConfiguredCertificate) {
   ASSERT_TRUE(port.ok()) << port.status();
 
   httplib::SSLClient client("127.0.0.1", *port);
-  client.set_ca_cert_path(cert.c_str());
+  client.set_ca_cert_path(ca->ca_pem.c_str());
   client.enable_server_certificate_verification(true);
   auto res = client.Get("/health", {{"Authorization", std::string("Bearer ") + kNodeToken}});
   ASSERT_TRUE(res) << httplib::to_string(res.error());
