@@ -33,7 +33,9 @@ Options:
   --env NAME=VALUE     set a variable inside (repeatable)
   --json               print one JSON result object instead of the command's output
   --audit-log FILE     where egress requests are logged, one JSON line each
-                       (default /var/lib/moat/egress-audit.jsonl; hidden from the sandbox)
+                       (default as root /var/lib/moat/egress-audit.jsonl, as another user
+                       $XDG_STATE_HOME/moat/egress-audit.jsonl or
+                       ~/.local/state/moat/egress-audit.jsonl; hidden from the sandbox)
   -h, --help           show this help
 
 Exit status without --json: the command's; 128+N if killed by signal N; 124 on a wall or CPU
