@@ -114,6 +114,9 @@ std::unique_ptr<httplib::Client> EtcdClient::NewClient(const std::string& endpoi
                                                  endpoint, options_.cert_file, options_.key_file);
   if (!options_.ca_file.empty()) client->set_ca_cert_path(options_.ca_file.c_str());
   client->set_keep_alive(true);
+  // Without it every call waits ~40 ms: httplib writes a request's head and body in two
+  // segments, Nagle holds the body until the head is acknowledged, and etcd delays that ACK.
+  client->set_tcp_nodelay(true);
   client->set_connection_timeout(1, 0);
   return client;
 }
