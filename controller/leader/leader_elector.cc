@@ -1,5 +1,7 @@
 #include "controller/leader/leader_elector.h"
 
+#include <utility>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "util/log.h"
@@ -134,9 +136,12 @@ void LeaderElector::CampaignLoop(int64_t lease) {
 
 void LeaderElector::RenewLoop() {
   absl::Time last_renew = absl::Now();
+  // A campaign's win, applied at the first renewal that succeeds after it: the campaign has
+  // returned, so a win dropped on a failed renewal would never come again while etcd, holding
+  // the key on a lease this loop keeps alive, names this replica the leader.
+  std::optional<LeaderKey> won;
   while (true) {
     int64_t lease;
-    std::optional<LeaderKey> won;
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) break;
@@ -168,7 +173,7 @@ void LeaderElector::RenewLoop() {
                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || won_.has_value(); };
       mu_.AwaitWithTimeout(absl::Condition(&woken), options_.renew_interval);
       if (stopping_) break;
-      won.swap(won_);
+      if (won_.has_value()) won = *std::exchange(won_, std::nullopt);
     }
     absl::StatusOr<absl::Duration> renewed = client_->LeaseKeepAlive(lease);
     if (renewed.ok()) {
@@ -176,10 +181,12 @@ void LeaderElector::RenewLoop() {
       // A campaign can return after its lease expired (etcd does not re-check the key then):
       // only a lease that is still alive makes a leader.
       if (won && won->lease == lease) SetLeader(won);
+      won.reset();
       continue;
     }
     if (absl::IsNotFound(renewed.status())) {
       LogWarning(absl::StrCat("leader election: etcd lease ", lease, " expired"));
+      won.reset();  // Its key went with the lease.
       SetLeader(std::nullopt);
       absl::MutexLock lock(&mu_);
       lease_ = 0;  // A new lease and a new campaign.
