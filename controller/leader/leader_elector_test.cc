@@ -50,6 +50,14 @@ class LeaderElectorTest : public ::testing::Test {
     EXPECT_TRUE(c.ok()) << c.status();
     return *std::move(c);
   }
+  // `leader`'s fence is the key etcd holds for its win: a write fenced with it goes through.
+  static void ExpectFencedWriteSucceeds(const EtcdClient* client, const LeaderElector& leader) {
+    ASSERT_TRUE(leader.CurrentFence().has_value()) << "not leading";
+    auto store = EtcdStore::Open(client, {.fence = [&] { return leader.CurrentFence(); }});
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto written = (*store)->Commit(WriteBatch().Put("sandboxes/1", "by the leader"));
+    EXPECT_TRUE(written.ok()) << written.status();
+  }
   testing::EtcdCluster cluster_{1};
 };
 
@@ -149,6 +157,19 @@ TEST_F(LeaderElectorTest, AKilledLeaderIsReplacedWithinTheLeaseTtl) {
   EXPECT_EQ(*b.Leader(), std::optional<std::string>("http://b"));
 }
 
+// Elector "http://a" (Fast) whose etcd calls go through a relay that refuses the first
+// `refusals` renewals after the campaign's answer with 503.
+struct ElectorBehindRelay {
+  ElectorBehindRelay(const std::string& etcd, int refusals)
+      : proxy(etcd), client(*EtcdClient::Create({.endpoints = {proxy.url()}})) {
+    proxy.FailNext("/v3/lease/keepalive", refusals, /*after=*/"/v3/election/campaign");
+    a.Start();
+  }
+  testing::EtcdProxy proxy;
+  std::unique_ptr<EtcdClient> client;
+  LeaderElector a{client.get(), Fast("http://a")};  // Stops (resigns) before the relay goes.
+};
+
 // A renewal that fails right after the campaign is won (etcd busy or briefly unreachable: a
 // 503) used to drop the win: the campaign had returned, so nothing campaigned again, while the
 // replica's key stayed the oldest in etcd and its lease kept being renewed. Every replica then
@@ -156,49 +177,30 @@ TEST_F(LeaderElectorTest, AKilledLeaderIsReplacedWithinTheLeaseTtl) {
 // for the next renewal that succeeds. The failure is injected on a relay in front of the real
 // etcd: the first keepalive after the campaign's answer gets a 503.
 TEST_F(LeaderElectorTest, ARenewalFailingRightAfterTheWinKeepsTheWin) {
-  testing::EtcdProxy proxy(cluster_.ClientUrl(0));
-  proxy.FailNext("/v3/lease/keepalive", 1, /*after=*/"/v3/election/campaign");
-  auto client = EtcdClient::Create({.endpoints = {proxy.url()}});
-  ASSERT_TRUE(client.ok());
-  {
-    LeaderElector a(client->get(), Fast("http://a"));
-    a.Start();
-    ASSERT_TRUE(Eventually([&] { return proxy.Refused() == 1; }, absl::Seconds(5)))
-        << "the renewal after the win was never refused: the test tests nothing";
-    EXPECT_TRUE(Eventually([&] { return a.IsLeader(); }, absl::Seconds(3)))
-        << "the win was dropped; etcd names " << a.Leader()->value_or("(none)");
-    EXPECT_EQ(a.KnownLeader(), std::optional<std::string>("http://a"));
-    std::optional<Fence> fence = a.CurrentFence();
-    ASSERT_TRUE(fence.has_value());
-    // The fence is the key etcd holds for the win: a fenced write goes through.
-    auto store = EtcdStore::Open(client->get(), {.fence = [&] { return a.CurrentFence(); }});
-    ASSERT_TRUE(store.ok());
-    EXPECT_TRUE((*store)->Commit(WriteBatch().Put("sandboxes/1", "by a")).ok());
-  }
+  ElectorBehindRelay r(cluster_.ClientUrl(0), 1);
+  ASSERT_TRUE(Eventually([&] { return r.proxy.Refused() == 1; }, absl::Seconds(5)))
+      << "the renewal after the win was never refused: the test tests nothing";
+  EXPECT_TRUE(Eventually([&] { return r.a.IsLeader(); }, absl::Seconds(3)))
+      << "the win was dropped; etcd names " << r.a.Leader()->value_or("(none)");
+  EXPECT_EQ(r.a.KnownLeader(), std::optional<std::string>("http://a"));
+  ExpectFencedWriteSucceeds(r.client.get(), r.a);
 }
 
 // Renewals fail for longer than the lease lives: the lease expires in etcd, and with it the
 // key the campaign won. The win kept meanwhile must not make a leader of a dead key: the
 // replica takes a new lease, campaigns again and leads with the new key.
 TEST_F(LeaderElectorTest, AWinWhoseLeaseExpiredBeforeARenewalIsNotApplied) {
-  testing::EtcdProxy proxy(cluster_.ClientUrl(0));
   // Fast(): renewals every 300 ms, a 3 s lease: 20 refusals outlast it.
-  proxy.FailNext("/v3/lease/keepalive", 20, /*after=*/"/v3/election/campaign");
-  auto client = EtcdClient::Create({.endpoints = {proxy.url()}});
-  ASSERT_TRUE(client.ok());
-  LeaderElector a(client->get(), Fast("http://a"));
-  a.Start();
-  ASSERT_TRUE(Eventually([&] { return proxy.Calls("/v3/election/campaign") == 1; }));
-  const int64_t first_lease = a.lease();
-  EXPECT_FALSE(Eventually([&] { return a.IsLeader(); }, absl::Seconds(2)))
+  ElectorBehindRelay r(cluster_.ClientUrl(0), 20);
+  ASSERT_TRUE(Eventually([&] { return r.proxy.Calls("/v3/election/campaign") == 1; }));
+  const int64_t first_lease = r.a.lease();
+  EXPECT_FALSE(Eventually([&] { return r.a.IsLeader(); }, absl::Seconds(2)))
       << "it led without one successful renewal after the win";
-  ASSERT_TRUE(Eventually([&] { return a.IsLeader(); }, absl::Seconds(15)));
-  EXPECT_EQ(proxy.Refused(), 20);
-  EXPECT_NE(a.lease(), first_lease) << "it leads on the lease that expired";
-  EXPECT_EQ(proxy.Calls("/v3/election/campaign"), 2);
-  auto store = EtcdStore::Open(client->get(), {.fence = [&] { return a.CurrentFence(); }});
-  ASSERT_TRUE(store.ok());
-  EXPECT_TRUE((*store)->Commit(WriteBatch().Put("sandboxes/1", "by a")).ok());
+  ASSERT_TRUE(Eventually([&] { return r.a.IsLeader(); }, absl::Seconds(15)));
+  EXPECT_EQ(r.proxy.Refused(), 20);
+  EXPECT_NE(r.a.lease(), first_lease) << "it leads on the lease that expired";
+  EXPECT_EQ(r.proxy.Calls("/v3/election/campaign"), 2);
+  ExpectFencedWriteSucceeds(r.client.get(), r.a);
 }
 
 // Issue 13's ha_bench defect: a replica learned who leads only from its renewal loop, a whole
