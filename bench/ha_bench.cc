@@ -7,6 +7,8 @@
 //
 //   ha_bench [--clients 4] [--seconds 10] [--failovers 3]
 // HA_BENCH_LOGS=1 also prints the end of each replica's log after the etcd run.
+// After each run: the writing controller's store calls per create and their mean duration, and
+// its own create-to-ready mean (its /metrics), so a slow engine shows where the time goes.
 #include <signal.h>
 #include <unistd.h>
 
@@ -14,12 +16,15 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "bench/latency_stats.h"
@@ -43,12 +48,64 @@ struct Flags {
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
+// The sums and counts of the controller's store and create-to-ready histograms on `port`'s
+// /metrics ("moat_controller_store_request_duration_seconds_sum{op=\"get\"}" -> seconds).
+std::map<std::string, double> Timings(int port) {
+  std::map<std::string, double> out;
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(5, 0);
+  auto r = c.Get("/metrics");
+  if (!r || r->status != 200) return out;
+  std::istringstream lines(r->body);
+  for (std::string line; std::getline(lines, line);) {
+    if (!absl::StartsWith(line, "moat_controller_store_request_duration_seconds_") &&
+        !absl::StartsWith(line, "moat_controller_create_to_ready_seconds_")) {
+      continue;
+    }
+    size_t space = line.rfind(' ');
+    double v = 0;
+    if (space != std::string::npos && absl::SimpleAtod(line.substr(space + 1), &v)) {
+      out[line.substr(0, space)] = v;
+    }
+  }
+  return out;
+}
+
+// Where a create's time went on the controller at `port` between two Timings: its store calls
+// per create and their mean, and the mean create-to-ready the controller itself measured.
+void PrintTimings(const char* who, const std::map<std::string, double>& before,
+                  const std::map<std::string, double>& after, size_t creates) {
+  auto delta = [&](const std::string& key) {
+    auto a = after.find(key), b = before.find(key);
+    return (a == after.end() ? 0 : a->second) - (b == before.end() ? 0 : b->second);
+  };
+  std::printf("  %s:", who);
+  for (const char* op : {"get", "list", "commit"}) {
+    const std::string labels = absl::StrCat("{op=\"", op, "\"}");
+    double n = delta("moat_controller_store_request_duration_seconds_count" + labels);
+    double sum = delta("moat_controller_store_request_duration_seconds_sum" + labels);
+    if (n > 0) {
+      std::printf(" store %s %.2f per create, mean %.2f ms;", op, creates ? n / creates : 0,
+                  1000 * sum / n);
+    }
+  }
+  for (const char* start : {"warm", "cold"}) {
+    const std::string labels = absl::StrCat("{start=\"", start, "\"}");
+    double n = delta("moat_controller_create_to_ready_seconds_count" + labels);
+    double sum = delta("moat_controller_create_to_ready_seconds_sum" + labels);
+    if (n > 0) std::printf(" create to ready (%s) mean %.2f ms;", start, 1000 * sum / n);
+  }
+  std::printf("\n");
+}
+
 // `call(client, method, path, body)` is one API call from client number `client`.
 using Call = std::function<std::pair<int, nlohmann::json>(int, const std::string&,
                                                           const std::string&, const std::string&)>;
 
 // Clients that create (and then delete) as fast as the fleet answers, for `seconds`.
-double CreatesPerSecond(const char* what, const Flags& f, const Call& call) {
+// `timed_port`: the controller whose store timings are printed (the one that writes).
+double CreatesPerSecond(const char* what, const Flags& f, const Call& call, int timed_port) {
+  const std::map<std::string, double> timings_before = Timings(timed_port);
   std::mutex mu;
   std::vector<absl::Duration> latencies;
   std::atomic<int> failed{0};
@@ -86,6 +143,7 @@ double CreatesPerSecond(const char* what, const Flags& f, const Call& call) {
   }
   for (auto& t : clients) t.join();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const std::map<std::string, double> timings_after = Timings(timed_port);
   std::sort(latencies.begin(), latencies.end());
   const double rate = latencies.size() / seconds;
   std::printf(
@@ -100,6 +158,7 @@ double CreatesPerSecond(const char* what, const Flags& f, const Call& call) {
     std::printf("\n");
   }
   if (!first_failure.empty()) std::printf("  the first failure: %s\n", first_failure.c_str());
+  PrintTimings("the writing controller", timings_before, timings_after, latencies.size());
   return rate;
 }
 
@@ -116,9 +175,12 @@ double Sqlite(const Flags& f) {
     if (!(*fleet)->StartAgent({.name = name, .pool_floor = 2}).ok()) return -1;
   }
   Fleet& fl = **fleet;
-  return CreatesPerSecond("1 controller, SQLite:", f,
-                          [&](int, const std::string& m, const std::string& p,
-                              const std::string& b) { return fl.Call(m, p, b); });
+  return CreatesPerSecond(
+      "1 controller, SQLite:", f,
+      [&](int, const std::string& m, const std::string& p, const std::string& b) {
+        return fl.Call(m, p, b);
+      },
+      fl.controller().port());
 }
 
 int Leader(Fleet& fleet, const std::vector<bool>& alive) {
@@ -151,10 +213,12 @@ double Etcd(const Flags& f) {
   for (const char* name : {"a1", "a2"}) {
     if (!fleet.StartAgent({.name = name, .pool_floor = 2}).ok()) return -1;
   }
-  double rate =
-      CreatesPerSecond("3 replicas on etcd (3 members), spread:", f,
-                       [&](int c, const std::string& m, const std::string& p,
-                           const std::string& b) { return fleet.CallReplica(c % 3, m, p, b); });
+  double rate = CreatesPerSecond(
+      "3 replicas on etcd (3 members), spread:", f,
+      [&](int c, const std::string& m, const std::string& p, const std::string& b) {
+        return fleet.CallReplica(c % 3, m, p, b);
+      },
+      fleet.replica(Leader(fleet, alive)).port());
 
   if (std::getenv("HA_BENCH_LOGS") != nullptr) {
     for (int i = 0; i < 3; ++i) {

@@ -234,7 +234,7 @@ int Run(int argc, char** argv) {
   // Tenants, the admin API and the pre-check (docs/operations.md, "Tenants").
   HttpApiOptions api_options{&*config, api_keys, *join_token};
   TenantMetrics tenant_metrics(metrics.registry());
-  TenantRegistry tenants(store.get(), &clock);
+  TenantRegistry tenants(&metered_store, &clock);
   CreateRateLimiter create_rate(&clock);
   PrecheckGate gate(&config->precheck, &approvals, &tenant_metrics);
   std::unique_ptr<AdminApi> admin;
@@ -252,7 +252,7 @@ int Run(int argc, char** argv) {
   }
   if (config->precheck.enabled) api_options.precheck = &gate;
   // POST /v1/run's language profiles and declared durations (config `languages:`).
-  RunLimiter run_limits(config->languages, config->max_declared_duration, store.get(), &clock);
+  RunLimiter run_limits(config->languages, config->max_declared_duration, &metered_store, &clock);
   api_options.run_limits = &run_limits;
   absl::StatusOr<std::unique_ptr<HttpApi>> api =
       HttpApi::Create(std::move(api_options), &nodes, &sandboxes, &metrics, &clock);
