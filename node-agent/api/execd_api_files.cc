@@ -298,24 +298,32 @@ void ExecdApi::RegisterFileRoutes(httplib::Server& s) {
     if (!doc->is_object() || doc->empty() || doc->size() > kMaxPathsPerRequest) {
       return SendError(res, 400, "the body must be an object of directory path -> {\"mode\": 755}");
     }
-    std::vector<std::string> dirs;
+    // Each directory, with the mode it asks for (none: as made, 0755).
+    std::vector<std::pair<std::string, std::optional<uint32_t>>> dirs;
     for (const auto& [path, permission] : doc->items()) {
       if (!permission.is_object() && !permission.is_null()) {
         return SendError(res, 400, absl::StrCat("\"", path, "\" must map to {\"mode\": 755}"));
       }
-      // The mode is checked but not applied: the backend makes directories 0755.
+      std::optional<uint32_t> wanted;
       if (permission.is_object() && permission.contains("mode")) {
-        if (absl::StatusOr<uint32_t> mode = ModeFromDigits(permission["mode"]); !mode.ok()) {
-          return SendStatus(res, mode.status());
-        }
+        absl::StatusOr<uint32_t> mode = ModeFromDigits(permission["mode"]);
+        if (!mode.ok()) return SendStatus(res, mode.status());
+        wanted = *mode;
       }
       absl::StatusOr<std::string> dir = SandboxPath(path, record->env);
       if (!dir.ok()) return SendStatus(res, dir.status());
-      dirs.push_back(*dir);
+      dirs.emplace_back(*dir, wanted);
     }
-    for (const std::string& dir : dirs) {
+    for (const auto& [dir, mode] : dirs) {
       if (absl::Status s = backend_->MakeDirectory(record->id, dir); !s.ok()) {
         return SendStatus(res, s);
+      }
+      // The directory asked for gets its mode (mode & 0777, as files/permissions sets it, so no
+      // umask applies); the parents made on the way stay 0755, as `mkdir -p -m` makes them.
+      if (mode.has_value()) {
+        if (absl::Status s = backend_->SetMode(record->id, dir, *mode); !s.ok()) {
+          return SendStatus(res, s);
+        }
       }
     }
     res.status = 200;
