@@ -622,7 +622,9 @@ absl::StatusOr<CommandTimes> RunTrue(httplib::Client& client, const Agent::Sandb
 
 // kStreamCommand through execd: the whole SSE stream read; its stdout events must carry every
 // line (163840 events of 64 bytes, the newline removed).
-Latency MoatStream(const Agent& agent, const Agent::Sandbox& sandbox, int n) {
+// `fewest_lines`: the fewest stdout events one stream carried (each must carry every line).
+Latency MoatStream(const Agent& agent, const Agent::Sandbox& sandbox, int n,
+                   uint64_t* fewest_lines) {
   httplib::Client client = agent.Connect();
   client.set_read_timeout(300, 0);
   std::vector<absl::Duration> samples;
@@ -654,6 +656,9 @@ Latency MoatStream(const Agent& agent, const Agent::Sandbox& sandbox, int n) {
     httplib::Result res = client.send(req);
     const absl::Duration elapsed = Since(start);
     const uint64_t lines = kStreamBytes / 64;
+    if (res && res->status == 200 && (i == -1 || stdout_events < *fewest_lines)) {
+      *fewest_lines = stdout_events;
+    }
     if (!res || res->status != 200 || stdout_events != lines) {
       if (failed++ == 0) {
         failure = !res ? httplib::to_string(res.error())
@@ -802,6 +807,7 @@ Memory MoatMemory(const MemoryCgroupMount& mount, pid_t agent_pid) {
 
 struct MoatResults {
   Latency warm, warm_first_event, cold, stream;
+  uint64_t stream_fewest_lines = 0;  // of kStreamBytes / 64
   Throughput throughput;
   Memory memory;
   uint64_t agent_pss = 0;
@@ -829,7 +835,7 @@ absl::StatusOr<MoatResults> MeasureMoat(Agent& agent, const MemoryCgroupMount& m
   std::fprintf(stderr, "agent_bench: moat: 2 clients for %d s\n", flags.seconds);
   r.throughput = MoatThroughput(agent, {*a, *b}, flags.seconds);
   std::fprintf(stderr, "agent_bench: moat: %d outputs of 10 MiB\n", flags.streams);
-  r.stream = MoatStream(agent, *a, flags.streams);
+  r.stream = MoatStream(agent, *a, flags.streams, &r.stream_fewest_lines);
   for (const Agent::Sandbox* s : {&*a, &*b}) {
     if (absl::Status deleted = agent.Delete(s->id); !deleted.ok()) return deleted;
   }
@@ -909,6 +915,9 @@ void Report(const Flags& flags, const Crun& crun, const CrunResults& c, const Mo
     return l.runs ? absl::StrFormat("%.0f", 10 / absl::ToDoubleSeconds(l.p50)) : "-";
   };
   Row("  MiB/s at p50", mib_s(m.stream), mib_s(c.stream), "");
+  // Every line of every stream, or the agent lost output (issue 11: a reader holds the command).
+  Row("  lines in the fewest stream",
+      absl::StrCat(m.stream_fewest_lines, " of ", kStreamBytes / 64), "-", "");
   Row("commands/s, 2 clients", absl::StrFormat("%.0f", m.throughput.PerSecond()),
       c.skipped.empty() ? absl::StrFormat("%.0f", c.throughput.PerSecond()) : "-",
       c.skipped.empty() ? Ratio(m.throughput.PerSecond(), c.throughput.PerSecond()) : "-");

@@ -114,12 +114,83 @@ void Command::AddLinesLocked(OutputStream stream, absl::string_view text) {
     StoreLineLocked(stream, text.substr(0, len));
     text.remove_prefix(len);
   }
-  // Keep the newest lines: a background command is polled for what it does now.
+  DropOldestLocked();
+}
+
+void Command::DropOldestLocked() {
+  // Keep the newest lines: a background command is polled for what it does now. A live reader's
+  // unread lines stay (it holds the command instead), up to the hard bound.
   while (kept_bytes_ > options_.max_log_bytes && !lines_.empty()) {
+    if (reader_attached_ && first_line_ >= reader_line_ &&
+        kept_bytes_ <= 2 * options_.max_log_bytes) {
+      break;
+    }
     kept_bytes_ -= lines_.front().line.text.size();
     lines_.pop_front();
     ++first_line_;
   }
+}
+
+uint64_t Command::UnreadBytesLocked() const {
+  const uint64_t end = first_line_ + lines_.size();
+  if (lines_.empty() || reader_line_ >= end) return 0;
+  const uint64_t from = reader_line_ < first_line_ ? lines_.front().offset
+                                                   : lines_[reader_line_ - first_line_].offset;
+  return total_bytes_ - from;
+}
+
+void Command::AttachReader() {
+  absl::MutexLock lock(&mu_);
+  if (kept_ != KeptOutput::kNewest) return;  // kFirst keeps a bounded prefix: nothing to hold
+  reader_attached_ = true;
+  reader_line_ = first_line_;
+}
+
+void Command::SetResume(std::function<void()> resume) {
+  {
+    absl::MutexLock lock(&mu_);
+    resume_ = std::move(resume);
+    // A hold that ended before the backend id was known: its resume is due now. (A spurious one
+    // while held costs one more chunk: the next AcceptsMore holds again.)
+    if (held_ || !reader_attached_) return;
+    resume = resume_;
+  }
+  if (resume) resume();
+}
+
+bool Command::AcceptsMore() {
+  absl::MutexLock lock(&mu_);
+  if (!reader_attached_ || !status_.running) return true;
+  if (UnreadBytesLocked() <= options_.max_log_bytes) return true;
+  held_ = true;
+  return false;
+}
+
+void Command::ReaderAt(uint64_t line) {
+  std::function<void()> resume;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!reader_attached_) return;
+    reader_line_ = std::max(reader_line_, line);
+    if (!held_ || UnreadBytesLocked() > options_.max_log_bytes / 2) return;
+    held_ = false;
+    resume = resume_;
+  }
+  if (resume) resume();  // Outside mu_: the backend takes its own lock.
+}
+
+void Command::DetachReader() {
+  std::function<void()> resume;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!reader_attached_) return;
+    reader_attached_ = false;
+    DropOldestLocked();  // Back to the bound of a command nobody reads.
+    if (!held_) return;
+    held_ = false;
+    resume = resume_;
+  }
+  if (resume) resume();
 }
 
 void Command::AddFirstLinesLocked(OutputStream stream, absl::string_view text) {

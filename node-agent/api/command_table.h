@@ -20,6 +20,17 @@
 //            max_log_bytes raw bytes, cleaned, and cut again to max_log_bytes); the rest is
 //            not kept and the stream is marked truncated. Nothing is dropped once kept, so
 //            the result does not depend on how fast a reader reads (POST /v1/run's commands).
+// Backpressure (kNewest): while a live reader is attached (the SSE stream of a foreground run,
+// AttachReader before the command starts), lines it has not read are not dropped. Once it is more
+// than max_log_bytes behind, AcceptsMore (the backend's accepts_more) says no and the backend
+// stops reading the command's pipes, so the command blocks as under OpenSandbox's execd; when
+// the reader is back within half of that (ReaderAt) or goes (DetachReader), `resume` is called
+// and reading goes on. Memory stays bounded either way: unread lines past 2 * max_log_bytes
+// (what a command's end drains from its pipes while held) are dropped even then.
+//
+//   no reader ──AttachReader──▶ attached ──behind > max──▶ held ──within max/2, or Detach──▶
+//   (drop oldest)               (keep unread)              (pipes not read)        resume()
+//
 // Plus a partial line of at most max_line_bytes per stream; per sandbox at most
 // max_finished_per_sandbox finished commands and max_running_per_sandbox running ones.
 //
@@ -30,6 +41,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -137,6 +149,16 @@ class Command {
   CommandStatus Status() const;
   bool running() const;
 
+  // Backpressure (kNewest only; see above). AttachReader: a reader from line 0 on, before the
+  // command starts. SetResume: what reads the command's pipes again (the backend's ResumeOutput),
+  // once its backend id is known; called at once if a hold ended before. ReaderAt: the reader
+  // has had every line before `line`. DetachReader: it is gone (the command must not stay held).
+  void AttachReader();
+  void SetResume(std::function<void()> resume);
+  bool AcceptsMore();
+  void ReaderAt(uint64_t line);
+  void DetachReader();
+
   // Lines from absolute line index `from` on; waits up to `timeout` for at least one line or the
   // end. Lines before the oldest kept one are reported in dropped_bytes (`consumed_bytes`: how
   // many bytes of output the reader has had, to say how many it missed).
@@ -156,6 +178,11 @@ class Command {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StoreLineLocked(OutputStream stream, absl::string_view line)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // kNewest: drops the oldest lines past max_log_bytes, but not those an attached reader has
+  // not read (unless they pass 2 * max_log_bytes).
+  void DropOldestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Cleaned bytes stored after the attached reader's position.
+  uint64_t UnreadBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string id_;
   const std::string sandbox_id_;
@@ -182,6 +209,10 @@ class Command {
   uint64_t raw_taken_[2] ABSL_GUARDED_BY(mu_) = {0, 0};
   uint64_t first_kept_[2] ABSL_GUARDED_BY(mu_) = {0, 0};
   bool cut_[2] ABSL_GUARDED_BY(mu_) = {false, false};
+  bool reader_attached_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t reader_line_ ABSL_GUARDED_BY(mu_) = 0;  // Absolute index of its next line.
+  bool held_ ABSL_GUARDED_BY(mu_) = false;         // AcceptsMore said no; no resume since.
+  std::function<void()> resume_ ABSL_GUARDED_BY(mu_);
   uint64_t network_dropped_ ABSL_GUARDED_BY(mu_) = 0;
   size_t network_kept_ ABSL_GUARDED_BY(mu_) = 0;
 };

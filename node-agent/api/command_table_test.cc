@@ -3,6 +3,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sandbox/output/sanitizer.h"
@@ -95,6 +96,90 @@ TEST(CommandTest, KeepsNewestLinesWithinTheCapAndSaysWhatWasDropped) {
   ASSERT_EQ(batch.lines.size(), 3u);
   EXPECT_EQ(batch.lines[0].text, "line7\n");
   EXPECT_TRUE(batch.finished);
+}
+
+// Backpressure: a live reader loses no line. The command is held (AcceptsMore says no) once the
+// reader is more than max_log_bytes behind, and resumed when it is back within half of it.
+TEST(CommandTest, AnAttachedReaderHoldsTheCommandInsteadOfLosingLines) {
+  CommandTableOptions options;
+  options.max_log_bytes = 60;  // 10 lines of 6 bytes
+  Command command("cmd-1", "sb-a", "x", false, absl::UnixEpoch(), options);
+  command.AttachReader();
+  int resumes = 0;
+  command.SetResume([&] { ++resumes; });
+  EXPECT_EQ(resumes, 1);  // Not held: a resume that may have been missed, harmless.
+  std::string expected;
+  int held_at = -1;
+  for (int i = 0; i < 20; ++i) {
+    const std::string line = absl::StrCat("line", i % 10, "\n");
+    expected += line;
+    command.AppendOutput(OutputStream::kStdout, line);
+    if (!command.AcceptsMore() && held_at < 0) held_at = i;
+  }
+  EXPECT_EQ(held_at, 10);  // 66 unread bytes > 60
+  // Nothing is dropped for the reader, up to twice the bound (what a held command's end drains
+  // from its pipes); past that the oldest go even so: memory stays bounded.
+  OutputBatch batch = command.Read(0, 0, absl::ZeroDuration());
+  EXPECT_EQ(batch.dropped_bytes, 0u);
+  std::string got;
+  for (const OutputLine& line : batch.lines) got += line.text;
+  EXPECT_EQ(got, expected);
+  command.AppendOutput(OutputStream::kStdout, "line0\n");
+  batch = command.Read(0, 0, absl::ZeroDuration());
+  EXPECT_EQ(batch.dropped_bytes, 6u);
+  EXPECT_EQ(batch.lines.size(), 20u);
+  EXPECT_EQ(resumes, 1);
+  command.ReaderAt(batch.next_line - 6);  // 36 bytes behind: more than half of 60
+  EXPECT_EQ(resumes, 1);
+  command.ReaderAt(batch.next_line);
+  EXPECT_EQ(resumes, 2);
+  EXPECT_TRUE(command.AcceptsMore());
+  command.ReaderAt(batch.next_line);  // Not held: no second resume.
+  EXPECT_EQ(resumes, 2);
+}
+
+// A reader that goes (a client that disconnected) must not leave the command held, and the
+// command's output is bounded again as for one nobody reads.
+TEST(CommandTest, ADetachedReaderResumesTheCommandAndTheBoundComesBack) {
+  CommandTableOptions options;
+  options.max_log_bytes = 60;
+  Command command("cmd-1", "sb-a", "x", false, absl::UnixEpoch(), options);
+  command.AttachReader();
+  int resumes = 0;
+  for (int i = 0; i < 15; ++i) command.AppendOutput(OutputStream::kStdout, "line0\n");
+  EXPECT_FALSE(command.AcceptsMore());
+  command.SetResume([&] { ++resumes; });  // The backend id came while held: no resume yet.
+  EXPECT_EQ(resumes, 0);
+  command.DetachReader();
+  EXPECT_EQ(resumes, 1);
+  EXPECT_TRUE(command.AcceptsMore());
+  std::string ten;
+  for (int i = 0; i < 10; ++i) ten += "line0\n";
+  EXPECT_EQ(AllText(command), "[moat: 30 bytes dropped]\n" + ten);
+  command.DetachReader();  // Twice (say, the stream's end, then its destruction): one resume.
+  EXPECT_EQ(resumes, 1);
+}
+
+// Nobody reads (a background command, or a run whose client is gone): never held, bounded,
+// the oldest lines dropped.
+TEST(CommandTest, WithoutAReaderTheCommandIsNeverHeldAndTheOldestLinesGo) {
+  CommandTableOptions options;
+  options.max_log_bytes = 60;
+  Command command("cmd-1", "sb-a", "x", true, absl::UnixEpoch(), options);
+  for (int i = 0; i < 1000; ++i) {
+    command.AppendOutput(OutputStream::kStdout, absl::StrCat("l", i % 10, "abc\n"));
+    ASSERT_TRUE(command.AcceptsMore()) << i;
+  }
+  OutputBatch batch = command.Read(0, 0, absl::ZeroDuration());
+  EXPECT_EQ(batch.lines.size(), 10u);
+  EXPECT_EQ(batch.dropped_bytes, 990u * 6);
+  // A run that keeps its first output (POST /v1/run) is bounded by its cut, never held either.
+  Command run("cmd-2", "sb-a", "x", false, absl::UnixEpoch(), options, KeptOutput::kFirst);
+  run.AttachReader();
+  for (int i = 0; i < 100; ++i) {
+    run.AppendOutput(OutputStream::kStdout, "l0abc\n");
+    ASSERT_TRUE(run.AcceptsMore()) << i;
+  }
 }
 
 // A run's output (KeptOutput::kFirst) is what `moat run --json` keeps of each stream: its first

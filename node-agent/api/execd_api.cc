@@ -198,8 +198,12 @@ class ExecdApi::Hooks {
   std::map<std::string, int> in_flight_ ABSL_GUARDED_BY(mu_);
 };
 
-// One SSE response in progress.
+// One SSE response in progress. Its command's live reader (Command::AttachReader) until httplib
+// lets go of it: the stream ended, or the client went away (the command must not stay held).
 struct ExecdApi::Stream {
+  ~Stream() {
+    if (command != nullptr) command->DetachReader();
+  }
   std::shared_ptr<Command> command;
   std::string code_context;  // A code context's run: its frames become the events.
   bool code_done = false;    // The interpreter's "done" frame came (then execution_complete).
@@ -553,6 +557,7 @@ ExecCallbacks ExecdApi::CallbacksFor(const std::shared_ptr<Command>& command, bo
   callbacks.on_stderr = [command](absl::string_view chunk) {
     command->AppendOutput(OutputStream::kStderr, chunk);
   };
+  callbacks.accepts_more = [command] { return command->AcceptsMore(); };
   callbacks.on_exit = [command, hooks = hooks_, clock = clock_, timed](const ExecExit& exit) {
     command->Finish(exit, clock->Now());
     hooks->Exited(command->sandbox_id(),
@@ -651,6 +656,12 @@ std::shared_ptr<Command> ExecdApi::StartCommand(const httplib::Request& req, htt
                  : nlohmann::json{{"kind", "code-run"}, {"context", code_context}}.dump();
 
   ExecCallbacks callbacks = CallbacksFor(command, /*timed=*/true);
+  // A foreground run's stream reads every line: from the first one, before any can be dropped.
+  auto stream = std::make_shared<Stream>();
+  if (!request->background) {
+    command->AttachReader();
+    stream->command = command;
+  }
   hooks_->Started(record->id);
   absl::StatusOr<std::string> backend_id = backend_->Exec(record->id, exec, std::move(callbacks));
   if (!backend_id.ok()) {
@@ -660,8 +671,10 @@ std::shared_ptr<Command> ExecdApi::StartCommand(const httplib::Request& req, htt
     return nullptr;
   }
   command->SetBackendId(*backend_id);
+  command->SetResume([backend = backend_, sandbox_id = record->id, backend_id = *backend_id] {
+    backend->ResumeOutput(sandbox_id, backend_id);
+  });
 
-  auto stream = std::make_shared<Stream>();
   stream->command = command;
   stream->code_context = code_context;
   stream->last_write = absl::Now();
@@ -781,6 +794,8 @@ bool ExecdApi::WriteStreamEvents(Stream& stream, httplib::DataSink& sink) {
     return true;
   }
   if (!flush()) return false;
+  // Written: the command may go on (backpressure, Command::ReaderAt).
+  command.ReaderAt(stream.next_line);
   if (!batch.lines.empty()) return true;
   // Nothing came. A deleted sandbox's backend ends its commands (on_exit); should that not
   // come, the stream ends by itself after gone_grace.

@@ -132,6 +132,12 @@ struct ExecCallbacks {
   std::function<void(absl::string_view chunk)> on_stdout;
   std::function<void(absl::string_view chunk)> on_stderr;
   std::function<void(const ExecExit& exit)> on_exit;
+  // Backpressure, optional (unset: output is always read). Asked after each chunk it delivered
+  // to on_stdout or on_stderr, with the other callbacks' guarantees; false: the backend stops
+  // reading the command's stdout and stderr, so the command blocks on a full pipe (as under
+  // OpenSandbox's execd, where a slow reader slows the command), until ResumeOutput. A held
+  // command still times out and can be interrupted; its end still drains what its pipes hold.
+  std::function<bool()> accepts_more;
 };
 
 // What an entry is. kSymlink only where a link itself is described: List (which never follows
@@ -204,6 +210,12 @@ class SandboxBackend {
   // interrupting a command that already exited is OK.
   virtual absl::Status Interrupt(absl::string_view id, absl::string_view command_id,
                                  absl::Duration grace) = 0;
+
+  // Reads a command's output again after its accepts_more said false. Harmless for a command
+  // that is not held or has ended (or an unknown one): a consumer may call it whenever it has
+  // caught up. Never call it from inside a callback of the same command. Backends that never
+  // hold output (no accepts_more support) need not override it.
+  virtual void ResumeOutput(absl::string_view id, absl::string_view command_id) {}
 
   // Files inside the sandbox's /workspace. `path` is a path inside the sandbox: absolute under
   // /workspace, or relative to it. The backend resolves it within the workspace only (no "..",

@@ -174,6 +174,11 @@ struct KernelBackend::Command {
   bool interrupted = false;
   UniqueFd out, err;  // read ends, non-blocking; reset once drained
   uint64_t out_token = 0, err_token = 0;
+  // Backpressure (ExecCallbacks::accepts_more): the pipes are out of the loop's interest while
+  // held. `resumes` counts ResumeOutput calls, so that one that comes between the consumer's
+  // "no more" and the hold is not lost (HandleOutput holds only if none came since its read).
+  bool held = false;
+  uint64_t resumes = 0;
   // With a restart grace: the sandbox's spool file (what was read so far), written by whoever
   // reads; shared with the box, so that Destroy closing it cannot leave a stale number here.
   std::shared_ptr<UniqueFd> spool;
@@ -289,6 +294,29 @@ void KernelBackend::RemoveWatchLocked(uint64_t token, int fd) {
   if (token == 0) return;
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
   watches_.erase(token);
+}
+
+void KernelBackend::SetHeldLocked(Command& command, bool held) {
+  command.held = held;
+  for (const auto& [fd, token] : {std::pair(command.out.get(), command.out_token),
+                                  std::pair(command.err.get(), command.err_token)}) {
+    if (token == 0 || fd < 0) continue;
+    struct epoll_event ev = {};
+    ev.events = held ? 0 : EPOLLIN;  // EPOLLHUP comes either way (epoll_ctl(2))
+    ev.data.u64 = token;
+    ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &ev);
+  }
+}
+
+void KernelBackend::ResumeOutput(absl::string_view id, absl::string_view command_id) {
+  absl::StatusOr<std::shared_ptr<Box>> box = Find(id);
+  if (!box.ok()) return;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [seq, command] : (*box)->commands) {
+    if (command->id != command_id) continue;
+    ++command->resumes;
+    if (command->held) SetHeldLocked(*command, false);
+  }
 }
 
 absl::StatusOr<std::shared_ptr<KernelBackend::Box>> KernelBackend::Find(
@@ -758,8 +786,10 @@ void KernelBackend::HandleInitEvents(const std::shared_ptr<Box>& box) {
 void KernelBackend::HandleOutput(const std::shared_ptr<Command>& command, bool is_stderr) {
   char buf[kReadChunk];
   ssize_t n;
+  uint64_t resumes;
   {
     absl::MutexLock lock(&mu_);
+    resumes = command->resumes;
     UniqueFd& fd = is_stderr ? command->err : command->out;
     if (!fd) return;
     do {
@@ -773,14 +803,22 @@ void KernelBackend::HandleOutput(const std::shared_ptr<Command>& command, bool i
       return;
     }
   }
-  absl::MutexLock cb(&command->cb_mu);
-  if (command->finished) return;
-  if (command->spool) {
-    WriteFrame(command->spool->get(), is_stderr ? 'e' : 'o', command->seq,
-               absl::string_view(buf, static_cast<size_t>(n)));
+  bool more = true;
+  {
+    absl::MutexLock cb(&command->cb_mu);
+    if (command->finished) return;
+    if (command->spool) {
+      WriteFrame(command->spool->get(), is_stderr ? 'e' : 'o', command->seq,
+                 absl::string_view(buf, static_cast<size_t>(n)));
+    }
+    auto& sink = is_stderr ? command->callbacks.on_stderr : command->callbacks.on_stdout;
+    if (sink) sink(absl::string_view(buf, static_cast<size_t>(n)));
+    if (command->callbacks.accepts_more) more = command->callbacks.accepts_more();
   }
-  auto& sink = is_stderr ? command->callbacks.on_stderr : command->callbacks.on_stdout;
-  if (sink) sink(absl::string_view(buf, static_cast<size_t>(n)));
+  if (more) return;
+  absl::MutexLock lock(&mu_);
+  // A ResumeOutput since the read answers a "no more" that came before it: not held.
+  if (command->resumes == resumes && !command->held) SetHeldLocked(*command, true);
 }
 
 void KernelBackend::FinishCommand(const std::shared_ptr<Box>& box,

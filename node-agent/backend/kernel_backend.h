@@ -3,7 +3,10 @@
 //
 // One event thread serves every sandbox: an epoll set over each sandbox's init socket (Started
 // and Exited events) and each running command's stdout and stderr pipes. It delivers output as
-// it arrives and calls on_exit once a command has exited and its pipes are drained. A command's
+// it arrives and calls on_exit once a command has exited and its pipes are drained. A command
+// whose consumer is behind (its accepts_more said false) is held: its pipes stay in the set with
+// no events asked for (epoll still reports a hang-up, so a pipe whose writers are gone is
+// drained), until ResumeOutput asks for input again. A command's
 // callbacks run under its own mutex, so the event thread and Destroy (which ends the commands of
 // the sandbox it kills) never call them concurrently.
 //
@@ -89,6 +92,7 @@ class KernelBackend final : public SandboxBackend {
                                    ExecCallbacks callbacks) override;
   absl::Status Interrupt(absl::string_view id, absl::string_view command_id,
                          absl::Duration grace) override;
+  void ResumeOutput(absl::string_view id, absl::string_view command_id) override;
   absl::StatusOr<std::string> ReadFile(absl::string_view id, absl::string_view path,
                                        uint64_t offset, uint64_t length) override;
   absl::StatusOr<OpenedFile> OpenFile(absl::string_view id, absl::string_view path) override;
@@ -128,6 +132,8 @@ class KernelBackend final : public SandboxBackend {
   absl::StatusOr<UniqueFd> RootOf(absl::string_view id) const;
   uint64_t AddWatchLocked(int fd, Watch watch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveWatchLocked(uint64_t token, int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the loop reads a command's pipes (backpressure: ExecCallbacks::accepts_more).
+  void SetHeldLocked(Command& command, bool held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Wake();
 
   void Loop();

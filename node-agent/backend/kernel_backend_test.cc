@@ -136,6 +136,109 @@ TEST_F(KernelBackendTest, StreamsOutputAsItComes) {
   EXPECT_LT(seen.first_output + absl::Milliseconds(300), seen.exited_at);
 }
 
+// A consumer that takes its output slowly, as a slow HTTP client does: past `bound` bytes it has
+// not consumed it says "no more" (accepts_more), and it resumes the command once it is back
+// within half of that. `received` is everything, in order.
+struct SlowConsumer {
+  explicit SlowConsumer(size_t bound) : bound(bound) {}
+  const size_t bound;
+  absl::Mutex mu;
+  std::string received;
+  size_t consumed = 0;
+  size_t max_unconsumed = 0;
+  bool held = false;
+  ExecExit exit;
+  absl::Notification done;
+
+  ExecCallbacks Callbacks() {
+    return {.on_stdout =
+                [this](absl::string_view s) {
+                  absl::MutexLock l(&mu);
+                  received.append(s.data(), s.size());
+                  max_unconsumed = std::max(max_unconsumed, received.size() - consumed);
+                },
+            .on_stderr = [](absl::string_view) {},
+            .on_exit =
+                [this](const ExecExit& e) {
+                  {
+                    absl::MutexLock l(&mu);
+                    exit = e;
+                  }
+                  done.Notify();
+                },
+            .accepts_more =
+                [this] {
+                  absl::MutexLock l(&mu);
+                  if (received.size() - consumed <= bound) return true;
+                  held = true;
+                  return false;
+                }};
+  }
+
+  // Consumes `step` bytes every millisecond until the command ends; resumes it as a reader that
+  // caught up does (never from inside a callback).
+  void Consume(SandboxBackend& backend, const std::string& id, const std::string& command_id,
+               size_t step) {
+    while (!done.HasBeenNotified()) {
+      bool resume = false;
+      {
+        absl::MutexLock l(&mu);
+        consumed = std::min(received.size(), consumed + step);
+        if (held && received.size() - consumed <= bound / 2) {
+          held = false;
+          resume = true;
+        }
+      }
+      if (resume) backend.ResumeOutput(id, command_id);
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  }
+};
+
+// Backpressure: a command writing far more than the consumer's bound to a slow consumer is held
+// on its full pipe instead of being read ahead: what is delivered and not consumed never passes
+// the bound by more than one read, and every byte comes, in order.
+TEST_F(KernelBackendTest, ASlowConsumerHoldsTheCommandAndGetsEveryByteInOrder) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-slow")).ok());
+  constexpr int kLines = 1000000;  // 6.9 MB
+  constexpr size_t kBound = 256 << 10;
+  std::string expected;
+  for (int i = 1; i <= kLines; ++i) absl::StrAppend(&expected, i, "\n");
+  SlowConsumer consumer(kBound);
+  ExecRequest request;
+  request.command = absl::StrCat("seq 1 ", kLines);
+  absl::StatusOr<std::string> cid = backend_->Exec("sb-slow", request, consumer.Callbacks());
+  ASSERT_TRUE(cid.ok()) << cid.status();
+  consumer.Consume(*backend_, "sb-slow", *cid, 8 << 10);  // ~8 MB/s, slower than seq
+  ASSERT_TRUE(consumer.done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  absl::MutexLock l(&consumer.mu);
+  EXPECT_EQ(consumer.exit.exit_code, 0);
+  EXPECT_EQ(consumer.received.size(), expected.size());
+  EXPECT_TRUE(consumer.received == expected) << "the output differs from seq's";
+  // One read (64 KiB) past the bound at most: the pipes were not read while it was held.
+  EXPECT_LE(consumer.max_unconsumed, kBound + (64 << 10));
+}
+
+// A held command (its consumer never catches up) still ends at its timeout, and its end is
+// reported with what its pipes held.
+TEST_F(KernelBackendTest, AHeldCommandStillTimesOut) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-held")).ok());
+  SlowConsumer consumer(64 << 10);
+  ExecRequest request;
+  request.command = "yes";
+  request.timeout = absl::Milliseconds(500);
+  const absl::Time begin = absl::Now();
+  ASSERT_TRUE(backend_->Exec("sb-held", request, consumer.Callbacks()).ok());
+  ASSERT_TRUE(consumer.done.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_LT(absl::Now() - begin, absl::Seconds(10));
+  absl::MutexLock l(&consumer.mu);
+  EXPECT_TRUE(consumer.exit.timed_out);
+  EXPECT_EQ(consumer.exit.signal, SIGKILL);
+  EXPECT_TRUE(consumer.held);
+  // Held from the first read past the bound: not the megabytes `yes` writes in 500 ms.
+  EXPECT_LE(consumer.received.size(), (64 << 10) + 3 * (64 << 10));
+}
+
 TEST_F(KernelBackendTest, EnvironmentAndWorkingDirectory) {
   ASSERT_TRUE(backend_->Create(Spec("sb-env")).ok());
   Seen seen;
