@@ -19,9 +19,6 @@
 namespace moat::e2e {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
-
 class StreamTest : public OneSandboxTest {
  protected:
   StreamTest() : OneSandboxTest("/usr/bin/seq") {}
@@ -176,8 +173,8 @@ TEST_F(StreamTest, ABackgroundCommandNobodyReadsIsNeverHeldAndStaysBounded) {
       absl::StrCat("/v1/sandboxes/", id_, "/execd/command/", command_id, "/logs"),
       httplib::Headers{{"X-EXECD-ACCESS-TOKEN", token_}});
   ASSERT_TRUE(logs);
-  EXPECT_THAT(logs->body, StartsWith("[moat: "));
-  EXPECT_THAT(logs->body.substr(0, 60), HasSubstr(" bytes dropped]\n"));
+  EXPECT_THAT(logs->body, ::testing::StartsWith("[moat: "));
+  EXPECT_THAT(logs->body.substr(0, 60), ::testing::HasSubstr(" bytes dropped]\n"));
   EXPECT_TRUE(absl::EndsWith(logs->body, "\n2000000\n"));
   EXPECT_LE(logs->body.size(), (1u << 20) + 64);
 }
