@@ -302,7 +302,8 @@ void KernelBackend::SetHeldLocked(Command& command, bool held) {
                                   std::pair(command.err.get(), command.err_token)}) {
     if (token == 0 || fd < 0) continue;
     struct epoll_event ev = {};
-    ev.events = held ? 0 : EPOLLIN;  // EPOLLHUP comes either way (epoll_ctl(2))
+    // EPOLLHUP comes either way (epoll_ctl(2)).
+    ev.events = held ? 0u : static_cast<uint32_t>(EPOLLIN);
     ev.data.u64 = token;
     ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &ev);
   }
