@@ -19,6 +19,9 @@
 # OCI image index over every architecture built) and *.contents.txt listing every file with its
 # size.
 # An image whose binary is missing (moat-controller before it is built) is skipped with a note.
+# An image whose binaries, root and tag are those it was last built from (its .inputs file) and
+# that is still in buildah's storage is kept as it is (scripts/kube-lane.sh --kubelet asks for
+# the images on every run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "build-images: run as root (debootstrap, buildah)" >&2; exit 1; }
@@ -101,6 +104,7 @@ for image in agent controller; do
   name="moat-$image"
   manifest="localhost/moat/$name:$tag"
   added=0
+  index_inputs=""
   for arch in "${archs[@]}"; do
     bin="${bins[$arch]:-}"
     missing=""
@@ -110,65 +114,82 @@ for image in agent controller; do
       continue
     fi
     root="$(root_for "$image" "$arch")"
-    ctr="$(buildah from --arch "$arch" scratch)"
-    buildah copy --quiet "$ctr" "$root" / >/dev/null
-    # Without debug information (a RelWithDebInfo agent is ~60 MB, ~10 MB stripped).
-    strip="strip"
-    [ "$arch" = "$(dpkg --print-architecture)" ] || strip="aarch64-linux-gnu-strip"
-    stripped="$(mktemp -d)"
-    for b in ${binaries[$image]}; do
-      cp "$bin/$b" "$stripped/$b"
-      if command -v "$strip" >/dev/null; then "$strip" --strip-debug "$stripped/$b"; fi
-      buildah copy --quiet --chmod 0755 "$ctr" "$stripped/$b" "/usr/local/bin/$b" >/dev/null
-    done
-    # Each binary starts in the image's root (another architecture's under qemu-user): every
-    # shared library it needs is there. (--help: the usage, or a usage error; the dynamic
-    # linker's failure is exit status 127 and "error while loading shared libraries".)
-    mnt="$(buildah mount "$ctr")"
-    emu=()
-    if [ "$arch" != "$(dpkg --print-architecture)" ]; then
-      cp "/usr/bin/$(qemu_for "$arch")" "$mnt/usr/bin/"
-      emu=("/usr/bin/$(qemu_for "$arch")")
-    fi
-    for b in ${binaries[$image]}; do
-      rc=0
-      said="$(chroot "$mnt" "${emu[@]}" "/usr/local/bin/$b" --help 2>&1)" || rc=$?
-      if [ $rc = 127 ] || grep -q "error while loading shared libraries" <<<"$said"; then
-        echo "build-images: $b ($arch) does not start in its image's root: $said" >&2
-        buildah umount "$ctr" >/dev/null; exit 1
+    inputs="$(cat "$root.stamp"; echo "$tag $arch"
+              for b in ${binaries[$image]}; do sha256sum "$bin/$b" | cut -d' ' -f1; done)"
+    if [ "$(cat "$out/$name-$tag-$arch.inputs" 2>/dev/null)" = "$inputs" ] \
+       && [ -f "$out/$name-$tag-$arch.tar" ] \
+       && buildah inspect --type image "localhost/moat/$name:$tag-$arch" >/dev/null 2>&1; then
+      echo "build-images: $name:$tag-$arch: unchanged (same binaries and root), kept"
+    else
+      rm -f "$out/$name-$tag-$arch.inputs"
+      ctr="$(buildah from --arch "$arch" scratch)"
+      buildah copy --quiet "$ctr" "$root" / >/dev/null
+      # Without debug information (a RelWithDebInfo agent is ~60 MB, ~10 MB stripped).
+      strip="strip"
+      [ "$arch" = "$(dpkg --print-architecture)" ] || strip="aarch64-linux-gnu-strip"
+      stripped="$(mktemp -d)"
+      for b in ${binaries[$image]}; do
+        cp "$bin/$b" "$stripped/$b"
+        if command -v "$strip" >/dev/null; then "$strip" --strip-debug "$stripped/$b"; fi
+        buildah copy --quiet --chmod 0755 "$ctr" "$stripped/$b" "/usr/local/bin/$b" >/dev/null
+      done
+      # Each binary starts in the image's root (another architecture's under qemu-user): every
+      # shared library it needs is there. (--help: the usage, or a usage error; the dynamic
+      # linker's failure is exit status 127 and "error while loading shared libraries".)
+      mnt="$(buildah mount "$ctr")"
+      emu=()
+      if [ "$arch" != "$(dpkg --print-architecture)" ]; then
+        cp "/usr/bin/$(qemu_for "$arch")" "$mnt/usr/bin/"
+        emu=("/usr/bin/$(qemu_for "$arch")")
       fi
-    done
-    [ ${#emu[@]} = 0 ] || rm -f "$mnt${emu[0]}"
-    buildah umount "$ctr" >/dev/null
-    buildah config --os linux --arch "$arch" \
-      --entrypoint "[\"/usr/local/bin/$name\"]" --cmd "--config /etc/moat/$image.yaml" \
-      --label org.opencontainers.image.title="$name" \
-      --label org.opencontainers.image.version="$tag" "$ctr"
-    if [ "$image" = controller ]; then buildah config --user 65532:65532 "$ctr"; fi
-    buildah commit --quiet --rm "$ctr" "localhost/moat/$name:$tag-$arch" >/dev/null
-    buildah push --quiet "localhost/moat/$name:$tag-$arch" "oci-archive:$out/$name-$tag-$arch.tar:moat/$name:$tag"
-    # The image's contents: every file with its size, largest first, and the total.
-    {
-      echo "# $name:$tag ($arch): debootstrap minbase with ${include[$image]}, plus ${binaries[$image]}"
-      (cd "$root" && find . -type f -printf '%i %s\t/%P\n' | sort -u -k1,1n | cut -d' ' -f2-)
-      for b in ${binaries[$image]}; do printf '%s\t/usr/local/bin/%s\n' "$(stat -c %s "$stripped/$b")" "$b"; done
-    } | sort -t$'\t' -k1,1nr > "$out/$name-$arch.contents.txt"
-    rm -rf "$stripped"
-    total="$(awk -F'\t' '!/^#/ {s += $1} END {printf "%.0f", s / 1048576}' "$out/$name-$arch.contents.txt")"
-    files="$(grep -vc '^#' "$out/$name-$arch.contents.txt")"
-    echo "build-images: $name:$tag-$arch: $files files, $total MiB uncompressed; archive $(du -m "$out/$name-$tag-$arch.tar" | cut -f1) MiB"
+      for b in ${binaries[$image]}; do
+        rc=0
+        said="$(chroot "$mnt" "${emu[@]}" "/usr/local/bin/$b" --help 2>&1)" || rc=$?
+        if [ $rc = 127 ] || grep -q "error while loading shared libraries" <<<"$said"; then
+          echo "build-images: $b ($arch) does not start in its image's root: $said" >&2
+          buildah umount "$ctr" >/dev/null; exit 1
+        fi
+      done
+      [ ${#emu[@]} = 0 ] || rm -f "$mnt${emu[0]}"
+      buildah umount "$ctr" >/dev/null
+      buildah config --os linux --arch "$arch" \
+        --entrypoint "[\"/usr/local/bin/$name\"]" --cmd "--config /etc/moat/$image.yaml" \
+        --label org.opencontainers.image.title="$name" \
+        --label org.opencontainers.image.version="$tag" "$ctr"
+      if [ "$image" = controller ]; then buildah config --user 65532:65532 "$ctr"; fi
+      buildah commit --quiet --rm "$ctr" "localhost/moat/$name:$tag-$arch" >/dev/null
+      buildah push --quiet "localhost/moat/$name:$tag-$arch" "oci-archive:$out/$name-$tag-$arch.tar:moat/$name:$tag"
+      # The image's contents: every file with its size, largest first, and the total.
+      {
+        echo "# $name:$tag ($arch): debootstrap minbase with ${include[$image]}, plus ${binaries[$image]}"
+        (cd "$root" && find . -type f -printf '%i %s\t/%P\n' | sort -u -k1,1n | cut -d' ' -f2-)
+        for b in ${binaries[$image]}; do printf '%s\t/usr/local/bin/%s\n' "$(stat -c %s "$stripped/$b")" "$b"; done
+      } | sort -t$'\t' -k1,1nr > "$out/$name-$arch.contents.txt"
+      rm -rf "$stripped"
+      total="$(awk -F'\t' '!/^#/ {s += $1} END {printf "%.0f", s / 1048576}' "$out/$name-$arch.contents.txt")"
+      files="$(grep -vc '^#' "$out/$name-$arch.contents.txt")"
+      echo "build-images: $name:$tag-$arch: $files files, $total MiB uncompressed; archive $(du -m "$out/$name-$tag-$arch.tar" | cut -f1) MiB"
+      echo "$inputs" > "$out/$name-$tag-$arch.inputs"
+    fi
     if [ $added = 0 ]; then
       buildah manifest rm "$manifest" >/dev/null 2>&1 || true
       buildah manifest create "$manifest" >/dev/null
     fi
     buildah manifest add --arch "$arch" "$manifest" "localhost/moat/$name:$tag-$arch" >/dev/null
     added=1
+    index_inputs="$index_inputs$inputs"$'\n'
     built+=("$out/$name-$tag-$arch.tar")
   done
   [ $added = 0 ] && continue
-  # Every architecture in one OCI archive: an image index over the per-architecture images.
-  buildah manifest push --quiet --all --format oci "$manifest" \
-    "oci-archive:$out/$name-$tag.tar:moat/$name:$tag" >/dev/null
+  # Every architecture in one OCI archive: an image index over the per-architecture images
+  # (rewritten only when one of them or the set of architectures changed).
+  if [ "$(cat "$out/$name-$tag.inputs" 2>/dev/null)"$'\n' != "$index_inputs" ] \
+     || [ ! -f "$out/$name-$tag.tar" ]; then
+    rm -f "$out/$name-$tag.inputs"
+    buildah manifest push --quiet --all --format oci "$manifest" \
+      "oci-archive:$out/$name-$tag.tar:moat/$name:$tag" >/dev/null
+    printf '%s' "$index_inputs" > "$out/$name-$tag.inputs"
+  fi
   echo "build-images: $name:$tag, an OCI index for $(buildah manifest inspect "$manifest" \
     | python3 -c 'import json, sys; print(" ".join(m["platform"]["architecture"] for m in json.load(sys.stdin)["manifests"]))'):" \
     "$out/$name-$tag.tar ($(du -m "$out/$name-$tag.tar" | cut -f1) MiB)"
