@@ -70,6 +70,10 @@ for values in charts/moat/ci/*-values.yaml; do
   fi
 done
 
+step "no daemon reads a key or token file straight from a Secret volume (its files are symlinks)"
+python3 deploy/check-secret-files.py "$tmp"/render-*.yaml | sed "s|$tmp/||" \
+  || bad "a daemon reads a file from a Secret volume"
+
 step "values that cannot work fail rendering and name the fix"
 expect_fail() {  # $1 = message the failure must contain; the rest: helm --set flags
   local want="$1"; shift
