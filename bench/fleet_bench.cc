@@ -1,7 +1,8 @@
 // The controller end to end on loopback, SDK-shaped (docs/performance.md, "Controller"): a
 // create (a warm pool hit) plus the first /bin/true through the controller's proxy, next to the
-// same work straight on the agent, so the controller's own cost shows; creates per second
-// through the controller with 2 clients; and the SQLite store's commits per second.
+// same work straight on the agent, so the controller's own cost shows; a create with an
+// entrypoint on the agent, in one call and in the four the controller made before; creates per
+// second through the controller with 2 clients; and the SQLite store's commits per second.
 //
 // Against a running fleet (scripts/fleet.sh --keep prints the values):
 //   fleet_bench --controller http://127.0.0.1:8080 --key KEY --agent http://127.0.0.1:7070
@@ -18,11 +19,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "bench/latency_stats.h"
 #include "controller/store/sqlite_store.h"
 #include "nlohmann/json.hpp"
+#include "util/shell_command.h"
 
 namespace {
 
@@ -157,6 +160,58 @@ int ThroughController(const Flags& f) {
   return 0;
 }
 
+// A create with an entrypoint straight on the agent, both ways in interleaved rounds: as the
+// controller did it before the node API took "entrypoint" (the create, then the check through
+// execd to its end, its status, and the start: 4 calls) and in the create itself (1 call).
+int EntrypointOnTheAgent(const Flags& f) {
+  auto agent = Client(f.agent);
+  const httplib::Headers auth = {{"Authorization", "Bearer " + f.agent_token}};
+  const std::vector<std::string> entrypoint = {"tail", "-f", "/dev/null"};
+  std::vector<absl::Duration> four_calls, one_call;
+  for (int i = 0; i < 2 * f.rounds; ++i) {
+    const bool in_create = i % 2 == 1;
+    WaitForWarm(*agent, auth);
+    json create = {{"profile", "default"}, {"ttl_seconds", 600}};
+    if (in_create) create["entrypoint"] = entrypoint;
+    absl::Time t0 = absl::Now();
+    auto res = agent->Post("/v1/sandboxes", auth, create.dump(), "application/json");
+    if (!res || res->status != 201) {
+      std::fprintf(stderr, "agent create failed: %s\n", res ? res->body.c_str() : "no answer");
+      return 1;
+    }
+    json sb = json::parse(res->body);
+    const std::string id = sb["id"], base = absl::StrCat("/v1/sandboxes/", id, "/execd/command");
+    const httplib::Headers token = {{"X-EXECD-ACCESS-TOKEN", sb["token"].get<std::string>()}};
+    bool ok = in_create ? sb.contains("entrypoint_command") : true;
+    if (!in_create) {
+      json check = {{"command", moat::EntrypointCheckCommand(entrypoint[0])}, {"timeout", 10000}};
+      auto checked = agent->Post(base, token, check.dump(), "application/json");
+      ok = checked && checked->status == 200;
+      std::string command_id;
+      for (absl::string_view line : absl::StrSplit(ok ? checked->body : "", '\n')) {
+        json e = json::parse(absl::StripPrefix(line, "data:"), nullptr, false);
+        if (e.is_object() && e.value("type", "") == "init") command_id = e.value("text", "");
+      }
+      auto state = agent->Get(absl::StrCat(base, "/status/", command_id), token);
+      json start = {{"command", moat::ExecCommand(entrypoint)}, {"background", true}};
+      auto started = agent->Post(base, token, start.dump(), "application/json");
+      ok = ok && state && state->status == 200 && started && started->status == 200;
+    }
+    absl::Time t1 = absl::Now();
+    if (!ok) {
+      std::fprintf(stderr, "starting the entrypoint on the agent failed\n");
+      return 1;
+    }
+    (in_create ? one_call : four_calls).push_back(t1 - t0);
+    agent->Delete(absl::StrCat("/v1/sandboxes/", id), auth);
+  }
+  std::printf("create with an entrypoint straight on moat-agent (%d interleaved rounds each):\n",
+              f.rounds);
+  Print("  create, check, its status, start (4 calls)", four_calls);
+  Print("  create with \"entrypoint\" (1 call)", one_call);
+  return 0;
+}
+
 // Two clients creating (and deleting) as fast as the fleet answers.
 int CreatesPerSecond(const Flags& f) {
   auto probe = Client(f.controller);
@@ -259,6 +314,7 @@ int main(int argc, char** argv) {
     return status;
   }
   status |= ThroughController(f);
+  status |= EntrypointOnTheAgent(f);
   status |= CreatesPerSecond(f);
   return status;
 }

@@ -9,6 +9,8 @@
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
 #include "util/http/client.h"
+#include "util/log.h"
+#include "util/shell_command.h"
 
 namespace moat::controller {
 namespace {
@@ -21,10 +23,23 @@ absl::Status FromHttp(const httplib::Result& res, absl::string_view what) {
         what, ": the agent did not answer: ", http::DescribeFailure(res.error(), "nodes.tls.ca")));
   }
   if (res->status >= 200 && res->status < 300) return absl::OkStatus();
-  std::string message = res->body.substr(0, 500);
+  std::string message = res->body.substr(0, 500), code;
   json body = json::parse(res->body, nullptr, false);
-  if (body.is_object() && body.contains("error") && body["error"].is_object()) {
-    message = body["error"].value("message", message);
+  // The agent's errors are flat {"code", "message"}; older agents nested them under "error".
+  const json* error = body.is_object() && body.contains("error") && body["error"].is_object()
+                          ? &body["error"]
+                          : &body;
+  if (error->is_object()) {
+    if (error->contains("message") && (*error)["message"].is_string()) {
+      message = (*error)["message"].get<std::string>();
+    }
+    if (error->contains("code") && (*error)["code"].is_string()) {
+      code = (*error)["code"].get<std::string>();
+    }
+  }
+  // The client's own mistake, the same on every node: its message as the agent wrote it.
+  if (res->status == 400 && code == kEntrypointNotRunnableCode) {
+    return absl::InvalidArgumentError(message);
   }
   std::string text = absl::StrCat(what, ": the agent answered ", res->status, ": ", message);
   if (res->status == 404) return absl::NotFoundError(text);
@@ -70,6 +85,7 @@ AgentSandbox SandboxFrom(const json& j) {
   s.token = j.value("token", "");
   s.state = j.value("state", "");
   s.start = j.value("start_path", "");
+  s.entrypoint_command = j.value("entrypoint_command", "");
   if (j.contains("metadata") && j["metadata"].is_object()) {
     for (const auto& [k, v] : j["metadata"].items()) {
       if (v.is_string()) s.metadata[k] = v.get<std::string>();
@@ -84,6 +100,21 @@ class HttpAgentClient final : public AgentClient {
 
   absl::StatusOr<AgentSandbox> Create(const AgentEndpoint& agent,
                                       const AgentCreate& request) override {
+    absl::StatusOr<AgentSandbox> created = CreateOnce(agent, request, /*with_entrypoint=*/true);
+    // An agent older than the field refuses it before it makes anything: asked again without
+    // it, the controller starts the entrypoint through execd (three more calls per create).
+    if (!request.entrypoint.empty() && absl::IsFailedPrecondition(created.status()) &&
+        absl::StrContains(created.status().message(), "unknown field \"entrypoint\"")) {
+      LogWarning(absl::StrCat("the agent at ", agent.url,
+                              " starts no entrypoint in its create (it is older than this "
+                              "controller); upgrade it: each create costs it 3 more calls"));
+      created = CreateOnce(agent, request, /*with_entrypoint=*/false);
+    }
+    return created;
+  }
+
+  absl::StatusOr<AgentSandbox> CreateOnce(const AgentEndpoint& agent, const AgentCreate& request,
+                                          bool with_entrypoint) {
     json body = {{"profile", request.profile},
                  {"env", request.env},
                  {"metadata", request.metadata},
@@ -93,6 +124,7 @@ class HttpAgentClient final : public AgentClient {
     if (request.memory_bytes > 0) limits["memory_bytes"] = request.memory_bytes;
     if (!limits.empty()) body["limits"] = limits;
     if (!request.policy.is_null()) body["policy"] = request.policy;
+    if (with_entrypoint && !request.entrypoint.empty()) body["entrypoint"] = request.entrypoint;
     auto client = Client(agent);
     auto res = client->Post("/v1/sandboxes", Headers(agent), body.dump(), "application/json");
     absl::Status status = FromHttp(res, "creating a sandbox");

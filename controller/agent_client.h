@@ -28,6 +28,9 @@ struct AgentCreate {
   uint64_t memory_bytes = 0;
   // A policy document (docs/policy.md) replacing the profile's; null: the profile's.
   nlohmann::json policy;
+  // The sandbox's main process, started by the agent before it answers (one call for what was
+  // a check and a start through execd); empty: none.
+  std::vector<std::string> entrypoint;
 };
 
 struct AgentSandbox {
@@ -36,6 +39,9 @@ struct AgentSandbox {
   std::string state;
   std::string start;  // "warm" or "cold" when the agent says.
   std::map<std::string, std::string> metadata;
+  // The execd command id of the entrypoint the create started (AgentCreate::entrypoint). Empty
+  // when the agent predates that field: the controller then checks and starts it itself.
+  std::string entrypoint_command;
 };
 
 // A command for the sandbox's /bin/sh -c (the agent's execd command API).
@@ -93,6 +99,8 @@ inline constexpr char kAttemptKey[] = "moat.controller/attempt";
 class AgentClient {
  public:
   virtual ~AgentClient() = default;
+  // InvalidArgument if the request's entrypoint is not a program the sandbox can run (the agent
+  // made no sandbox); other errors: this node failed, another may not.
   virtual absl::StatusOr<AgentSandbox> Create(const AgentEndpoint& agent,
                                               const AgentCreate& request) = 0;
   // NotFound if the agent has no such sandbox (already gone: callers treat it as done).

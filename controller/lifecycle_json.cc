@@ -416,19 +416,6 @@ json ListJson(const std::vector<Sandbox>& all, const ListQuery& q) {
             {"hasNextPage", q.page < pages}}}};
 }
 
-std::string ShellQuote(absl::string_view word) {
-  std::string out = "'";
-  for (char c : word) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  out += "'";
-  return out;
-}
-
 absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body, const ControllerConfig& config,
                                            absl::Time now) {
   ASSIGN_OR_RETURN(json doc, ParseObject(body));
@@ -450,9 +437,9 @@ absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body, const Control
       std::vector<std::string> words;
       for (const json& w : c) {
         if (!w.is_string()) return Bad("command", "must hold only strings");
-        words.push_back(ShellQuote(w.get<std::string>()));
+        words.push_back(w.get<std::string>());
       }
-      run.command.command = absl::StrCat("exec ", absl::StrJoin(words, " "));
+      run.command.command = ExecCommand(words);
     } else {
       return Bad("command", "must be a string (for /bin/sh -c) or a non-empty array of strings");
     }

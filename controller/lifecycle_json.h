@@ -16,7 +16,8 @@
 #include "controller/sandboxes.h"
 #include "controller/tenants/run_limits.h"
 #include "nlohmann/json.hpp"
-#include "util/http_status.h"  // HttpStatusFor, ErrorCodeFor, ErrorJson
+#include "util/http_status.h"    // HttpStatusFor, ErrorCodeFor, ErrorJson
+#include "util/shell_command.h"  // ShellQuote, ExecCommand
 
 namespace moat::controller {
 
@@ -76,8 +77,6 @@ absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body, const Control
 absl::Status ApplyRunLimits(RunRequest& run, const RunLimits& limits, absl::Time now);
 // `moat run --json`'s result (sandbox/result.h) from what the agent reported.
 nlohmann::json RunResultJson(const AgentCommandResult& r);
-// POSIX sh single quoting: the word reads back as `word`.
-std::string ShellQuote(absl::string_view word);
 
 // POST /v1/nodes/{name}/drain: an empty body, or {"gracePeriodSeconds": 0 to 86400} (default 0:
 // the node's sandboxes end at once).

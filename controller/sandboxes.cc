@@ -6,11 +6,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "controller/lifecycle_json.h"
 #include "nlohmann/json.hpp"
 #include "util/log.h"
 #include "util/quote.h"
+#include "util/shell_command.h"
 #include "util/status_macros.h"
 #include "util/token.h"
 
@@ -187,6 +187,8 @@ AgentCreate SandboxManager::AgentRequest(const Sandbox& s, const std::string& no
   if (s.limit_memory > 0 && (profile.memory == 0 || s.limit_memory < profile.memory)) {
     create.memory_bytes = s.limit_memory;
   }
+  // Started by the agent in this call; POST /v1/run's sandboxes run their command instead.
+  if (!s.ephemeral) create.entrypoint = s.entrypoint;
   if (!s.egress_allow.empty() || !s.egress_deny.empty()) {
     nlohmann::json network = nlohmann::json::object();
     if (!s.egress_allow.empty()) network["allowedDomains"] = s.egress_allow;
@@ -238,6 +240,11 @@ absl::Status SandboxManager::Place(Sandbox& s, absl::Time deadline, bool& warm) 
     } else {
       created = endpoint.status();
     }
+    if (absl::IsInvalidArgument(created.status())) {
+      // Its entrypoint cannot run: every node would refuse it alike. The agent kept nothing.
+      nodes_->Release(decision->node, s.tenant, s.resources);
+      return created.status();
+    }
     if (!created.ok()) {
       nodes_->Release(decision->node, s.tenant, s.resources);
       LogWarning(absl::StrCat("sandbox ", s.id, ": node ", decision->node,
@@ -252,6 +259,7 @@ absl::Status SandboxManager::Place(Sandbox& s, absl::Time deadline, bool& warm) 
     s.node = decision->node;
     s.agent_id = created->id;
     s.agent_token = created->token;
+    s.entrypoint_command = created->entrypoint_command;
     warm = created->start == "warm";
     metrics_->ObserveScheduling(clock_->Now() - start, attempts);
     return absl::OkStatus();
@@ -371,14 +379,14 @@ void SandboxManager::StopPlacer() {
 SandboxManager::~SandboxManager() { StopPlacer(); }
 
 absl::Status SandboxManager::StartEntrypoint(Sandbox& s) {
-  if (s.ephemeral || s.entrypoint.empty()) return absl::OkStatus();
+  // Started by the agent in its create already (all but agents older than that field).
+  if (s.ephemeral || s.entrypoint.empty() || !s.entrypoint_command.empty()) {
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(AgentEndpoint endpoint, nodes_->Endpoint(s.node));
-  // `sh -c 'exec prog'` starts whatever happens to prog, so whether it can run is asked first
-  // (a missing program would otherwise surface only as exit 127 after the create answered).
+  // Whether the program can run is asked first, as the agent's create does.
   AgentCommand check;
-  check.command = absl::StrCat("p=", ShellQuote(s.entrypoint[0]),
-                               "; case $p in */*) [ -f \"$p\" ] && [ -x \"$p\" ] ;; *) command -v "
-                               "\"$p\" >/dev/null 2>&1 ;; esac");
+  check.command = EntrypointCheckCommand(s.entrypoint[0]);
   check.env = s.env;
   check.timeout = absl::Seconds(10);
   absl::StatusOr<AgentCommandResult> checked =
@@ -388,19 +396,14 @@ absl::Status SandboxManager::StartEntrypoint(Sandbox& s) {
         absl::StrCat("checking the entrypoint on the agent: ", checked.status().message()));
   }
   if (checked->status == "exited" && checked->exit_code.value_or(-1) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "\"entrypoint\": ", QuoteForMessage(s.entrypoint[0]),
-        " is not a program the sandbox can run (not in its PATH, or not an executable file); "
-        "give one its image has, e.g. [\"tail\", \"-f\", \"/dev/null\"]"));
+    return absl::InvalidArgumentError(EntrypointNotRunnableMessage(s.entrypoint[0]));
   }
   if (checked->status != "exited") {
     return absl::UnavailableError(
         absl::StrCat("checking the entrypoint on the agent: the check ended ", checked->status));
   }
-  std::vector<std::string> words;
-  for (const std::string& w : s.entrypoint) words.push_back(ShellQuote(w));
   AgentCommand main;
-  main.command = absl::StrCat("exec ", absl::StrJoin(words, " "));
+  main.command = ExecCommand(s.entrypoint);
   main.env = s.env;
   absl::StatusOr<std::string> id = agents_->StartCommand(endpoint, s.agent_id, s.agent_token, main);
   if (!id.ok()) {

@@ -197,8 +197,9 @@ class SandboxManager {
   // The agent's create for `s` on `node` (limits tighter than the node's profile, the policy).
   AgentCreate AgentRequest(const Sandbox& s, const std::string& node,
                            const std::string& attempt) const;
-  // Starts `s`'s entrypoint on its agent (sets entrypoint_command). InvalidArgument if its
-  // program is not one the sandbox can run; nothing to do for a /v1/run sandbox.
+  // Starts `s`'s entrypoint on its agent through execd (sets entrypoint_command): for agents
+  // older than AgentCreate::entrypoint, which the others start in their create. InvalidArgument
+  // if its program is not one the sandbox can run; nothing to do for a /v1/run sandbox.
   absl::Status StartEntrypoint(Sandbox& s);
   // Asks the agents about the entrypoints not looked at for entrypoint_check_interval, and ends
   // the sandboxes whose entrypoint has exited.

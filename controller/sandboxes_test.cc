@@ -5,6 +5,7 @@
 #include "controller/testing/fake_agents.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "util/shell_command.h"
 
 namespace moat::controller {
 namespace {
@@ -309,26 +310,70 @@ TEST_F(SandboxManagerTest, TheEntrypointStartsBeforeTheCreateAnswers) {
   EXPECT_EQ(agents_.LastStarted(), s->entrypoint_command);
 }
 
-TEST_F(SandboxManagerTest, AnEntrypointTheSandboxCannotRunFailsTheCreate) {
-  AgentCommandResult not_found;
-  not_found.status = "exited";
-  not_found.exit_code = 127;
-  agents_.SetCommandResult(not_found);
+// The agent checks and starts the entrypoint in its create: one call, where an agent without
+// that field takes three (the check, its status with it, the start).
+TEST_F(SandboxManagerTest, ACreateWithAnEntrypointIsOneAgentCall) {
   auto m = Manager();
   Sandbox spec = Spec("a");
-  spec.entrypoint = {"/no/such/program"};
+  spec.entrypoint = {"tail", "-f", "/dev/null"};
+  spec.env = {{"GREETING", "hi"}};
+  const int before = agents_.Calls();
   auto s = m->Create(spec);
-  EXPECT_TRUE(absl::IsInvalidArgument(s.status())) << s.status();
-  EXPECT_THAT(std::string(s.status().message()), HasSubstr("/no/such/program"));
-  EXPECT_THAT(agents_.LastCommand().command, HasSubstr("'/no/such/program'"));
-  // Nothing kept: not on the agent, not reserved, not stored.
-  for (const char* n : {"n1", "n2", "n3"}) {
-    EXPECT_EQ(agents_.Running(absl::StrCat("http://", n)), 0) << n;
-    EXPECT_EQ(nodes_.Get(n)->allocated.cpu, 0) << n;
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(agents_.Calls() - before, 1);
+  EXPECT_EQ(agents_.LastCreate().entrypoint, spec.entrypoint);
+  EXPECT_EQ(agents_.LastCreate().env.at("GREETING"), "hi");
+  ASSERT_FALSE(s->entrypoint_command.empty());
+  EXPECT_EQ(agents_.StartedCommand(s->entrypoint_command).command, "exec 'tail' '-f' '/dev/null'");
+  // A POST /v1/run sandbox runs its command, not an entrypoint: the agent is not asked to.
+  ASSERT_TRUE(m->Run(Spec("r"), AgentCommand{.command = "true"}).ok());
+  EXPECT_TRUE(agents_.LastCreate().entrypoint.empty());
+}
+
+TEST_F(SandboxManagerTest, AnAgentOlderThanTheEntrypointFieldGetsItThroughExecd) {
+  agents_.SetOldAgents(true);
+  auto m = Manager();
+  Sandbox spec = Spec("a");
+  spec.entrypoint = {"tail", "-f", "/dev/null"};
+  const int before = agents_.Calls();
+  auto s = m->Create(spec);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(agents_.Calls() - before, 3);
+  EXPECT_EQ(agents_.LastCommand().command, EntrypointCheckCommand("tail"));
+  ASSERT_FALSE(s->entrypoint_command.empty());
+  EXPECT_EQ(agents_.StartedCommand(s->entrypoint_command).command, "exec 'tail' '-f' '/dev/null'");
+}
+
+TEST_F(SandboxManagerTest, AnEntrypointTheSandboxCannotRunFailsTheCreate) {
+  for (bool old_agents : {false, true}) {
+    SCOPED_TRACE(old_agents ? "agents older than the entrypoint field" : "agents of today");
+    agents_.SetOldAgents(old_agents);
+    AgentCommandResult not_found;
+    not_found.status = "exited";
+    not_found.exit_code = 127;
+    agents_.SetCommandResult(not_found);
+    auto m = Manager();
+    Sandbox spec = Spec("a");
+    spec.entrypoint = {"/no/such/program"};
+    const int creates =
+        agents_.Creates("http://n1") + agents_.Creates("http://n2") + agents_.Creates("http://n3");
+    auto s = m->Create(spec);
+    EXPECT_TRUE(absl::IsInvalidArgument(s.status())) << s.status();
+    EXPECT_EQ(s.status().message(), EntrypointNotRunnableMessage("/no/such/program"));
+    EXPECT_THAT(agents_.LastCommand().command, HasSubstr("'/no/such/program'"));
+    // Asked of one node only: every other would refuse it alike.
+    EXPECT_EQ(agents_.Creates("http://n1") + agents_.Creates("http://n2") +
+                  agents_.Creates("http://n3") - creates,
+              1);
+    // Nothing kept: not on the agent, not reserved, not stored.
+    for (const char* n : {"n1", "n2", "n3"}) {
+      EXPECT_EQ(agents_.Running(absl::StrCat("http://", n)), 0) << n;
+      EXPECT_EQ(nodes_.Get(n)->allocated.cpu, 0) << n;
+    }
+    EXPECT_TRUE(absl::IsNotFound(m->Get("acme", "a").status()));
+    EXPECT_FALSE(store_.Get("sandboxes/a")->has_value());
+    EXPECT_TRUE(agents_.LastStarted().empty());
   }
-  EXPECT_TRUE(absl::IsNotFound(m->Get("acme", "a").status()));
-  EXPECT_FALSE(store_.Get("sandboxes/a")->has_value());
-  EXPECT_TRUE(agents_.LastStarted().empty());
 }
 
 TEST_F(SandboxManagerTest, TheSandboxEndsWithItsEntrypoint) {

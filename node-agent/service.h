@@ -33,6 +33,9 @@ struct CreateRequest {
   std::map<std::string, std::string> env;
   std::map<std::string, std::string> metadata;
   std::optional<absl::Duration> ttl;  // Default: the config's api.default_ttl.
+  // The words of the sandbox's main process; empty: none. Started by the node API (HttpApi,
+  // through ExecdApi::StartEntrypoint) once the sandbox is made; the service does not read it.
+  std::vector<std::string> entrypoint;
 };
 
 class SandboxService {

@@ -1,6 +1,8 @@
 // An in-process fleet of agents for tests and the scheduling bench: Create/Delete/List/Renew/
 // Pause/Resume and commands act on per-node maps; failures can be injected per node. A create is
-// "warm" when it asks for the profile's defaults (no limits, no policy), as on a real agent.
+// "warm" when it asks for the profile's defaults (no limits, no policy), as on a real agent. A
+// create with an entrypoint checks it (the result SetCommandResult gave) and starts it, as the
+// agent's node API does, unless SetOldAgents made the fleet one that predates that field.
 #pragma once
 
 #include <functional>
@@ -14,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "controller/agent_client.h"
+#include "util/shell_command.h"
 
 namespace moat::controller::testing {
 
@@ -31,6 +34,7 @@ class FakeAgents final : public AgentClient {
     std::function<void(const std::string&)> after;
     {
       absl::MutexLock lock(&mu_);
+      ++calls_;
       ++creates_[agent.url];
       if (failing_.contains(agent.url)) {
         return absl::UnavailableError(absl::StrCat("agent ", agent.url, " is failing"));
@@ -38,8 +42,21 @@ class FakeAgents final : public AgentClient {
       const bool warm = request.cpus == 0 && request.memory_bytes == 0 && request.policy.is_null();
       s = AgentSandbox{absl::StrCat("sb-", ++next_), absl::StrCat("token-", next_), "running",
                        warm ? "warm" : "cold", request.metadata};
-      running_[agent.url][s.id] = s;
       last_create_ = request;
+      if (!request.entrypoint.empty() && !old_agents_) {
+        last_command_ = AgentCommand{.command = EntrypointCheckCommand(request.entrypoint[0]),
+                                     .env = request.env};
+        if (command_result_.has_value() && command_result_->status != "exited") {
+          return absl::UnavailableError(
+              absl::StrCat("creating a sandbox: the check ended ", command_result_->status));
+        }
+        if (command_result_.has_value() && command_result_->exit_code.value_or(-1) != 0) {
+          return absl::InvalidArgumentError(EntrypointNotRunnableMessage(request.entrypoint[0]));
+        }
+        s.entrypoint_command = StartLocked(
+            s.id, AgentCommand{.command = ExecCommand(request.entrypoint), .env = request.env});
+      }
+      running_[agent.url][s.id] = s;
       after = std::exchange(after_create_, nullptr);
     }
     if (after) after(agent.url);  // Outside the lock too.
@@ -47,6 +64,7 @@ class FakeAgents final : public AgentClient {
   }
   absl::Status Delete(const AgentEndpoint& agent, const std::string& id) override {
     absl::MutexLock lock(&mu_);
+    ++calls_;
     if (running_[agent.url].erase(id) == 0) return absl::NotFoundError("no such sandbox");
     return absl::OkStatus();
   }
@@ -76,6 +94,7 @@ class FakeAgents final : public AgentClient {
                                                 const std::string& token,
                                                 const AgentCommand& command) override {
     absl::MutexLock lock(&mu_);
+    ++calls_;
     if (!running_[agent.url].contains(id)) return absl::NotFoundError("no such sandbox");
     if (running_[agent.url][id].token != token) return absl::UnauthenticatedError("wrong token");
     last_command_ = command;
@@ -92,15 +111,13 @@ class FakeAgents final : public AgentClient {
                                            const std::string& token,
                                            const AgentCommand& command) override {
     absl::MutexLock lock(&mu_);
+    ++calls_;
     if (!running_[agent.url].contains(id)) return absl::NotFoundError("no such sandbox");
     if (running_[agent.url][id].token != token) return absl::UnauthenticatedError("wrong token");
     if (failing_.contains(agent.url)) {
       return absl::UnavailableError(absl::StrCat("agent ", agent.url, " is failing"));
     }
-    const std::string command_id = absl::StrCat("cmd-", ++next_);
-    started_[command_id] = {id, command, AgentCommandState{true, "running", std::nullopt, ""}};
-    last_started_ = command_id;
-    return command_id;
+    return StartLocked(id, command);
   }
   absl::StatusOr<AgentCommandState> CommandState(const AgentEndpoint& agent, const std::string& id,
                                                  const std::string& token,
@@ -119,6 +136,18 @@ class FakeAgents final : public AgentClient {
     absl::MutexLock lock(&mu_);
     AgentCommandState& state = started_[command_id].state;
     state = {false, exit_code > 128 ? "signaled" : "exited", exit_code, ""};
+  }
+  // Agents older than AgentCreate::entrypoint: a create does not start it (the HTTP client's
+  // answer once such an agent refused the field and was asked again without it).
+  void SetOldAgents(bool old) {
+    absl::MutexLock lock(&mu_);
+    old_agents_ = old;
+  }
+  // Calls of the fleet's sandboxes and commands (Create, Delete, RunCommand, StartCommand) so
+  // far: what a create costs in requests to an agent.
+  int Calls() {
+    absl::MutexLock lock(&mu_);
+    return calls_;
   }
   // The last background command started: its id, and what it ran.
   std::string LastStarted() {
@@ -215,8 +244,18 @@ class FakeAgents final : public AgentClient {
     return absl::OkStatus();
   }
 
+  std::string StartLocked(const std::string& sandbox, const AgentCommand& command)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const std::string command_id = absl::StrCat("cmd-", ++next_);
+    started_[command_id] = {sandbox, command, AgentCommandState{true, "running", std::nullopt, ""}};
+    last_started_ = command_id;
+    return command_id;
+  }
+
   absl::Mutex mu_;
   int next_ ABSL_GUARDED_BY(mu_) = 0;
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  bool old_agents_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::map<std::string, AgentSandbox>> running_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> creates_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, absl::Duration> ttls_ ABSL_GUARDED_BY(mu_);

@@ -114,8 +114,9 @@ absl::StatusOr<Limits> ParseLimits(const json& value) {
 absl::StatusOr<CreateRequest> ParseCreateRequest(absl::string_view body) {
   auto doc = ParseObject(body);
   if (!doc.ok()) return doc.status();
-  if (absl::Status s =
-          CheckFields(*doc, "", {"profile", "policy", "limits", "env", "ttl_seconds", "metadata"});
+  if (absl::Status s = CheckFields(
+          *doc, "",
+          {"profile", "policy", "limits", "env", "ttl_seconds", "metadata", "entrypoint"});
       !s.ok()) {
     return s;
   }
@@ -146,6 +147,18 @@ absl::StatusOr<CreateRequest> ParseCreateRequest(absl::string_view body) {
     auto ttl = PositiveInteger((*doc)["ttl_seconds"], "ttl_seconds", kMaxTtl);
     if (!ttl.ok()) return ttl.status();
     request.ttl = absl::Seconds(static_cast<int64_t>(*ttl));
+  }
+  if (doc->contains("entrypoint")) {
+    const json& words = (*doc)["entrypoint"];
+    if (!words.is_array() || words.empty()) {
+      return Bad("entrypoint",
+                 "must be a non-empty array of strings (the program and its "
+                 "arguments), e.g. [\"tail\", \"-f\", \"/dev/null\"]");
+    }
+    for (const json& word : words) {
+      if (!word.is_string()) return Bad("entrypoint", "must hold only strings");
+      request.entrypoint.push_back(word.get<std::string>());
+    }
   }
   return request;
 }

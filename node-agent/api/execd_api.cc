@@ -15,6 +15,7 @@
 #include "node-agent/api/code_interpreter.h"
 #include "node-agent/api/execd_api_internal.h"
 #include "util/log.h"
+#include "util/status_macros.h"
 #include "util/token.h"
 
 namespace moat::agent {
@@ -619,62 +620,21 @@ std::shared_ptr<Command> ExecdApi::StartCommand(const httplib::Request& req, htt
                                                 ExecdRunRequest run, const std::string& shown,
                                                 const std::map<std::string, std::string>& extra_env,
                                                 const std::string& code_context) {
-  const ExecdRunRequest* request = &run;
   absl::StatusOr<SandboxRecord> record = UsableSandbox(*registry_, req);
   if (!record.ok()) {
     SendStatus(res, record.status());
     return nullptr;
   }
-  SweepGoneSandboxes();
-  absl::StatusOr<std::shared_ptr<Command>> added =
-      commands_.Add(record->id, shown, request->background,
-                    request->run_result ? KeptOutput::kFirst : KeptOutput::kNewest);
-  if (!added.ok()) {
-    SendStatus(res, added.status());
-    return nullptr;
-  }
-  std::shared_ptr<Command> command = *added;
-
-  ExecRequest exec;
-  exec.command = request->command;
-  exec.cwd = request->cwd;
-  exec.timeout = request->timeout;
-  exec.cpu_timeout = request->cpu_timeout;
-  exec.settle_reports = request->run_result;
-  std::map<std::string, std::string> env = {{"PATH", kDefaultPath}};
-  for (const auto& [k, v] : record->env) env[k] = v;
-  for (const auto& [k, v] : request->envs) env[k] = v;
-  for (const auto& [k, v] : extra_env) env[k] = v;
-  exec.env.assign(env.begin(), env.end());
-  // What a restarted agent needs to serve it again (Readopt); a code run is ended instead.
-  exec.tag = code_context.empty()
-                 ? nlohmann::json{{"id", command->id()},
-                                  {"command", shown},
-                                  {"background", request->background},
-                                  {"started_ns", absl::ToUnixNanos(command->Status().started)}}
-                       .dump()
-                 : nlohmann::json{{"kind", "code-run"}, {"context", code_context}}.dump();
-
-  ExecCallbacks callbacks = CallbacksFor(command, /*timed=*/true);
   // A foreground run's stream reads every line: from the first one, before any can be dropped.
-  auto stream = std::make_shared<Stream>();
-  if (!request->background) {
-    command->AttachReader();
-    stream->command = command;
-  }
-  hooks_->Started(record->id);
-  absl::StatusOr<std::string> backend_id = backend_->Exec(record->id, exec, std::move(callbacks));
-  if (!backend_id.ok()) {
-    command->FailToStart(backend_id.status().message(), clock_->Now());
-    hooks_->Exited(record->id, std::nullopt);
-    SendStatus(res, backend_id.status());
+  absl::StatusOr<std::shared_ptr<Command>> launched =
+      Launch(*record, run, shown, extra_env, code_context, /*live_reader=*/!run.background);
+  if (!launched.ok()) {
+    SendStatus(res, launched.status());
     return nullptr;
   }
-  command->SetBackendId(*backend_id);
-  command->SetResume([backend = backend_, sandbox_id = record->id, backend_id = *backend_id] {
-    backend->ResumeOutput(sandbox_id, backend_id);
-  });
+  std::shared_ptr<Command> command = *std::move(launched);
 
+  auto stream = std::make_shared<Stream>();
   stream->command = command;
   stream->code_context = code_context;
   stream->last_write = absl::Now();
@@ -683,6 +643,52 @@ std::shared_ptr<Command> ExecdApi::StartCommand(const httplib::Request& req, htt
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, stream](size_t, httplib::DataSink& sink) { return WriteStreamEvents(*stream, sink); });
+  return command;
+}
+
+absl::StatusOr<std::shared_ptr<Command>> ExecdApi::Launch(
+    const SandboxRecord& record, const ExecdRunRequest& request, const std::string& shown,
+    const std::map<std::string, std::string>& extra_env, const std::string& code_context,
+    bool live_reader) {
+  SweepGoneSandboxes();
+  ASSIGN_OR_RETURN(std::shared_ptr<Command> command,
+                   commands_.Add(record.id, shown, request.background,
+                                 request.run_result ? KeptOutput::kFirst : KeptOutput::kNewest));
+
+  ExecRequest exec;
+  exec.command = request.command;
+  exec.cwd = request.cwd;
+  exec.timeout = request.timeout;
+  exec.cpu_timeout = request.cpu_timeout;
+  exec.settle_reports = request.run_result;
+  std::map<std::string, std::string> env = {{"PATH", kDefaultPath}};
+  for (const auto& [k, v] : record.env) env[k] = v;
+  for (const auto& [k, v] : request.envs) env[k] = v;
+  for (const auto& [k, v] : extra_env) env[k] = v;
+  exec.env.assign(env.begin(), env.end());
+  // What a restarted agent needs to serve it again (Readopt); a code run is ended instead.
+  exec.tag = code_context.empty()
+                 ? nlohmann::json{{"id", command->id()},
+                                  {"command", shown},
+                                  {"background", request.background},
+                                  {"started_ns", absl::ToUnixNanos(command->Status().started)}}
+                       .dump()
+                 : nlohmann::json{{"kind", "code-run"}, {"context", code_context}}.dump();
+
+  ExecCallbacks callbacks = CallbacksFor(command, /*timed=*/true);
+  if (live_reader) command->AttachReader();
+  hooks_->Started(record.id);
+  absl::StatusOr<std::string> backend_id = backend_->Exec(record.id, exec, std::move(callbacks));
+  if (!backend_id.ok()) {
+    command->FailToStart(backend_id.status().message(), clock_->Now());
+    hooks_->Exited(record.id, std::nullopt);
+    if (live_reader) command->DetachReader();
+    return backend_id.status();
+  }
+  command->SetBackendId(*backend_id);
+  command->SetResume([backend = backend_, sandbox_id = record.id, backend_id = *backend_id] {
+    backend->ResumeOutput(sandbox_id, backend_id);
+  });
   return command;
 }
 

@@ -108,6 +108,15 @@ class ExecdApi {
   // under their ids, with the output kept since they started; those that ended meanwhile are
   // finished with their exit status.
   void Readopt(const std::vector<AdoptedSandboxInfo>& sandboxes);
+  // The node API's create with an entrypoint (POST /v1/sandboxes with "entrypoint"; in
+  // execd_api_entrypoint.cc): runs EntrypointCheckCommand (util/shell_command.h) in the sandbox,
+  // waits up to `check_timeout` for it, and once it exited 0 starts `words` as a background
+  // command, whose id it returns (GET /command/status/{id} follows it). InvalidArgument with
+  // EntrypointNotRunnableMessage if the check exited otherwise; Unavailable if it ended another
+  // way (timed out, failed to start) or the start failed. The caller deletes the sandbox then.
+  absl::StatusOr<std::string> StartEntrypoint(const SandboxRecord& record,
+                                              const std::vector<std::string>& words,
+                                              absl::Duration check_timeout = absl::Seconds(10));
   // The sandbox was deleted: forget its commands.
   void ForgetSandbox(absl::string_view sandbox_id);
   // A violation of the sandbox, in `moat run`'s words (kind "seccomp", "network", ...): listed in
@@ -143,6 +152,13 @@ class ExecdApi {
                                         ExecdRunRequest run, const std::string& shown,
                                         const std::map<std::string, std::string>& extra_env,
                                         const std::string& code_context = "");
+  // Adds `request` to the command table and starts it in `record`'s sandbox; the request's
+  // part of StartCommand, without the stream. `live_reader`: a reader (the caller's stream) is
+  // attached before it starts (Command::AttachReader), so no line is dropped before it reads.
+  absl::StatusOr<std::shared_ptr<Command>> Launch(
+      const SandboxRecord& record, const ExecdRunRequest& request, const std::string& shown,
+      const std::map<std::string, std::string>& extra_env, const std::string& code_context = "",
+      bool live_reader = false);
   void RegisterCodeRoutes(httplib::Server& server);  // In execd_api_code.cc.
   void RunCode(const httplib::Request& req, httplib::Response& res);
   absl::StatusOr<std::shared_ptr<CodeContext>> NewCodeContext(const SandboxRecord& record,

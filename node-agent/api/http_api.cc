@@ -14,6 +14,7 @@
 #include "node-agent/api/http_connection.h"
 #include "util/http/reply.h"
 #include "util/log.h"
+#include "util/shell_command.h"
 #include "util/status_macros.h"
 #include "util/token.h"
 
@@ -188,9 +189,29 @@ void HttpApi::Routes() {
   s.Post("/v1/sandboxes", [this](const httplib::Request& req, httplib::Response& res) {
     absl::StatusOr<CreateRequest> request = ParseCreateRequest(req.body);
     if (!request.ok()) return SendStatus(res, request.status());
+    if (!request->entrypoint.empty() && options_.execd == nullptr) {
+      return SendError(res, 501, "this agent serves no execd API, so it starts no entrypoint");
+    }
     absl::StatusOr<SandboxRecord> record = service_->Create(*request);
     if (!record.ok()) return SendStatus(res, record.status());
-    SendJson(res, 201, SandboxJson(*record, /*with_token=*/true));
+    nlohmann::json created = SandboxJson(*record, /*with_token=*/true);
+    if (!request->entrypoint.empty()) {
+      absl::StatusOr<std::string> command =
+          options_.execd->StartEntrypoint(*record, request->entrypoint);
+      if (!command.ok()) {
+        // The create fails whole: no sandbox is left behind for a client that got an error.
+        if (absl::Status deleted = service_->Delete(record->id).status(); !deleted.ok()) {
+          LogWarning(absl::StrCat("deleting sandbox ", record->id,
+                                  " whose entrypoint did not start: ", deleted.message()));
+        }
+        options_.execd->ForgetSandbox(record->id);
+        return absl::IsInvalidArgument(command.status())
+                   ? SendError(res, 400, command.status().message(), kEntrypointNotRunnableCode)
+                   : SendStatus(res, command.status());
+      }
+      created["entrypoint_command"] = *command;
+    }
+    SendJson(res, 201, created);
   });
   s.Get("/v1/sandboxes", [this](const httplib::Request&, httplib::Response& res) {
     nlohmann::json items = nlohmann::json::array();
