@@ -6,6 +6,7 @@
 #include <httplib.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -89,27 +90,29 @@ TEST(HttpAgentClientTest, AnAgentOlderThanTheFieldIsAskedAgainWithoutIt) {
   EXPECT_FALSE(agent.bodies()[1].contains("entrypoint"));
 }
 
-TEST(HttpAgentClientTest, AProgramTheSandboxCannotRunIsTheClientsMistakeNotTheNodes) {
-  StandInAgent agent([](const json&) {
-    return std::pair{400, json{{"code", "ENTRYPOINT_NOT_RUNNABLE"},
-                               {"message", "\"entrypoint\": \"nope\" is not a program ..."}}};
+// The agent's 400 with `code`: the create's status, and how often the agent was asked.
+std::pair<absl::Status, size_t> CreateAnswered400(const std::string& code,
+                                                  const std::string& message) {
+  StandInAgent agent([&](const json&) {
+    return std::pair{400, json{{"code", code}, {"message", message}}};
   });
-  auto created = NewHttpAgentClient()->Create(agent.endpoint(), WithEntrypoint());
-  EXPECT_TRUE(absl::IsInvalidArgument(created.status())) << created.status();
-  EXPECT_EQ(created.status().message(), "\"entrypoint\": \"nope\" is not a program ...");
-  EXPECT_EQ(agent.bodies().size(), 1u);
+  absl::Status status = NewHttpAgentClient()->Create(agent.endpoint(), WithEntrypoint()).status();
+  return {status, agent.bodies().size()};
 }
 
-TEST(HttpAgentClientTest, AnyOther400IsTheNodesFailureAndNotAskedAgain) {
-  StandInAgent agent([](const json&) {
-    return std::pair{400, json{{"code", "INVALID_REQUEST"},
-                               {"message", "\"limits\" may not exceed the profile's"}}};
-  });
-  auto created = NewHttpAgentClient()->Create(agent.endpoint(), WithEntrypoint());
-  EXPECT_TRUE(absl::IsFailedPrecondition(created.status())) << created.status();
-  EXPECT_EQ(created.status().message(),
+TEST(HttpAgentClientTest, AProgramTheSandboxCannotRunIsTheClientsMistakeNotTheNodes) {
+  auto [status, asked] =
+      CreateAnswered400("ENTRYPOINT_NOT_RUNNABLE", "\"entrypoint\": \"nope\" is not a program ...");
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_EQ(status.message(), "\"entrypoint\": \"nope\" is not a program ...");
+  EXPECT_EQ(asked, 1u);
+  // Any other 400 is the node's failure (another node may take the sandbox), asked once too.
+  std::tie(status, asked) =
+      CreateAnswered400("INVALID_REQUEST", "\"limits\" may not exceed the profile's");
+  EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;
+  EXPECT_EQ(status.message(),
             "creating a sandbox: the agent answered 400: \"limits\" may not exceed the profile's");
-  EXPECT_EQ(agent.bodies().size(), 1u);
+  EXPECT_EQ(asked, 1u);
 }
 
 }  // namespace

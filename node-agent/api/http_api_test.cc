@@ -1,4 +1,5 @@
-// The node API over real HTTP on 127.0.0.1 (an ephemeral port), with the fake backend.
+// The node API over real HTTP on 127.0.0.1 (an ephemeral port), with the fake backend (and the
+// per-sandbox API for the create with an entrypoint).
 #include "node-agent/api/http_api.h"
 
 #include <httplib.h>
@@ -9,13 +10,16 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "node-agent/api/api_json.h"
+#include "node-agent/api/execd_api.h"
 #include "node-agent/backend/fake_backend.h"
 #include "node-agent/testing/expect_error.h"
 #include "node-agent/testing/raw_http.h"
+#include "util/shell_command.h"
 
 namespace moat::agent {
 namespace {
@@ -24,6 +28,7 @@ using ::moat::agent::testing::ExpectError;
 
 using ::nlohmann::json;
 using ::testing::HasSubstr;
+using ::testing::Pair;
 
 constexpr char kNodeToken[] = "node-token-0123456789abcdef";
 constexpr uint64_t kMaxBody = 64 * 1024;
@@ -45,8 +50,13 @@ AgentConfig TestConfig() {
 
 class HttpApiTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    auto api = HttpApi::Create(&service_, HttpApiOptions{kNodeToken, kMaxBody, std::nullopt});
+  void SetUp() override { StartApi(nullptr); }
+
+  // Serves the node API (and with `execd`, the per-sandbox API) on a free port of 127.0.0.1.
+  void StartApi(ExecdApi* execd) {
+    HttpApiOptions options{kNodeToken, kMaxBody, std::nullopt};
+    options.execd = execd;
+    auto api = HttpApi::Create(&service_, options);
     ASSERT_TRUE(api.ok()) << api.status();
     api_ = std::move(*api);
     auto port = api_->Start("127.0.0.1", 0);
@@ -443,6 +453,108 @@ TEST_F(HttpApiTest, ControlBytesInHeadersAreRefused) {
                         "\r\nX-Other: a\tb \xc3\xa9\r\nConnection: close\r\n\r\n";
   testing::RawExchange got = testing::SendRaw(port_, request);
   EXPECT_EQ(got.received.rfind("HTTP/1.1 200", 0), 0u) << got.received;
+}
+
+// The create with an entrypoint: the agent checks and starts it before it answers (one call for
+// the controller). The sandbox has `tail` and nothing else: the check of any other program exits
+// 1, as `command -v` does; the entrypoint runs until the sandbox goes.
+class CreateWithEntrypointTest : public HttpApiTest {
+ protected:
+  void SetUp() override {
+    backend_.SetProcessScript([this](const ExecRequest& request, FakeProcess& process) {
+      {
+        absl::MutexLock lock(&mu_);
+        execs_.push_back(request);
+      }
+      if (request.command.rfind("p=", 0) == 0) {
+        return request.command == EntrypointCheckCommand("tail") ? 0 : 1;
+      }
+      process.WaitEnded(absl::Seconds(30));
+      return 0;
+    });
+    StartApi(&execd_);
+  }
+  void TearDown() override {
+    for (const auto& record : service_.List()) (void)service_.Delete(record.id);
+    api_.reset();  // Before execd_, which it serves.
+  }
+
+  std::pair<int, std::string> PostCreate(const std::string& body) {
+    return Call("POST", "/v1/sandboxes", body);
+  }
+  std::vector<ExecRequest> Execs() {
+    absl::MutexLock lock(&mu_);
+    return execs_;
+  }
+  static std::map<std::string, std::string> EnvOf(const ExecRequest& request) {
+    return {request.env.begin(), request.env.end()};
+  }
+
+  ExecdApi execd_{&backend_, &registry_, &metrics_, &clock_, ExecdOptions{}};
+  absl::Mutex mu_;
+  std::vector<ExecRequest> execs_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(CreateWithEntrypointTest, TheCreateChecksAndStartsItBeforeItAnswers) {
+  auto [status, body] = PostCreate(
+      R"({"profile": "default", "env": {"GREETING": "hi"},
+          "entrypoint": ["tail", "-f", "/dev/null"]})");
+  ASSERT_EQ(status, 201) << body;
+  json created = json::parse(body);
+  ASSERT_TRUE(created.contains("entrypoint_command")) << body;
+  const std::string command = created["entrypoint_command"];
+  // The check, then the start, both with the sandbox's env.
+  std::vector<ExecRequest> execs = Execs();
+  ASSERT_EQ(execs.size(), 2u);
+  EXPECT_EQ(execs[0].command, EntrypointCheckCommand("tail"));
+  EXPECT_EQ(execs[1].command, "exec 'tail' '-f' '/dev/null'");
+  for (const ExecRequest& exec : execs) {
+    EXPECT_THAT(EnvOf(exec), ::testing::Contains(Pair("GREETING", "hi")));
+  }
+  // The started command is the sandbox's, as if started through execd: its status is there.
+  auto state = client_->Get(absl::StrCat("/v1/sandboxes/", created["id"].get<std::string>(),
+                                         "/execd/command/status/", command),
+                            {{"X-EXECD-ACCESS-TOKEN", created["token"].get<std::string>()}});
+  ASSERT_TRUE(state);
+  ASSERT_EQ(state->status, 200) << state->body;
+  json s = json::parse(state->body);
+  EXPECT_EQ(s["running"], true) << state->body;
+  EXPECT_EQ(s["content"], "exec 'tail' '-f' '/dev/null'") << state->body;
+
+  // Without the field, nothing runs and the answer has no command (as before the field).
+  auto [plain_status, plain] = PostCreate(R"({"profile": "default"})");
+  ASSERT_EQ(plain_status, 201) << plain;
+  EXPECT_FALSE(json::parse(plain).contains("entrypoint_command")) << plain;
+  EXPECT_EQ(Execs().size(), 2u);
+}
+
+TEST_F(CreateWithEntrypointTest, AProgramTheSandboxCannotRunFailsTheCreateAndLeavesNothing) {
+  for (const char* program : {"nope", "/no/such/program"}) {
+    SCOPED_TRACE(program);
+    const std::string message = ExpectError(
+        PostCreate(json{{"profile", "default"}, {"entrypoint", {program, "-x"}}}.dump()), 400,
+        kEntrypointNotRunnableCode);
+    EXPECT_EQ(message, EntrypointNotRunnableMessage(program));
+    // Only the check ran; the sandbox is gone from the agent and from its backend.
+    ASSERT_FALSE(Execs().empty());
+    EXPECT_EQ(Execs().back().command, EntrypointCheckCommand(program));
+    EXPECT_EQ(registry_.size(), 0u);
+    EXPECT_EQ(backend_.live_sandboxes(), 0);
+  }
+  EXPECT_EQ(Execs().size(), 2u);
+}
+
+TEST_F(CreateWithEntrypointTest, AMalformedEntrypointIsA400BeforeAnythingIsMade) {
+  for (const char* entrypoint : {R"([])", R"("tail -f /dev/null")", R"(["tail", 1])", "{}"}) {
+    SCOPED_TRACE(entrypoint);
+    const std::string message = ExpectError(
+        PostCreate(absl::StrCat(R"({"profile": "default", "entrypoint": )", entrypoint, "}")), 400,
+        "INVALID_REQUEST");
+    EXPECT_THAT(message, HasSubstr("\"entrypoint\""));
+  }
+  EXPECT_EQ(registry_.size(), 0u);
+  EXPECT_EQ(backend_.live_sandboxes(), 0);
+  EXPECT_TRUE(Execs().empty());
 }
 
 }  // namespace

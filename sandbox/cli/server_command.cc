@@ -18,6 +18,7 @@
 #include "nlohmann/json.hpp"
 #include "sandbox/cli/http_client.h"
 #include "sandbox/cli/run_flags.h"
+#include "util/shell_command.h"
 #include "util/status_macros.h"
 #include "util/units.h"
 
@@ -201,27 +202,13 @@ std::string ExecdPath(const std::string& id, absl::string_view rest) {
   return absl::StrCat("/sandboxes/", id, "/proxy/44772", rest);
 }
 
-std::string ShellWord(absl::string_view word) {
-  std::string out = "'";
-  for (char c : word) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
-}
-
 int Exec(const Server& server, const std::string& id, const std::vector<std::string>& command) {
-  std::vector<std::string> words;
-  for (const std::string& w : command) words.push_back(ShellWord(w));
   HttpRequest req;
   req.method = "POST";
   req.path = ExecdPath(id, "/command");
   req.timeout = absl::Seconds(30);  // The agent pings every 3 s while the command is silent.
   if (!server.api_key.empty()) req.headers.emplace_back("OPEN-SANDBOX-API-KEY", server.api_key);
-  req.body = Dump({{"command", absl::StrCat("exec ", absl::StrJoin(words, " "))}});
+  req.body = Dump({{"command", ExecCommand(command)}});
   std::string pending;
   std::optional<int> exit_status;
   std::string error_body;
