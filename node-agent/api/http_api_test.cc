@@ -503,7 +503,12 @@ TEST_F(CreateWithEntrypointTest, TheCreateChecksAndStartsItBeforeItAnswers) {
   json created = json::parse(body);
   ASSERT_TRUE(created.contains("entrypoint_command")) << body;
   const std::string command = created["entrypoint_command"];
-  // The check, then the start, both with the sandbox's env.
+  // The check, then the start, both with the sandbox's env. The fake runs the started command
+  // on a thread of its own, which may come to it after the answer.
+  for (absl::Time give_up = absl::Now() + absl::Seconds(10);
+       Execs().size() < 2 && absl::Now() < give_up;) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   std::vector<ExecRequest> execs = Execs();
   ASSERT_EQ(execs.size(), 2u);
   EXPECT_EQ(execs[0].command, EntrypointCheckCommand("tail"));
