@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "e2e/controller/fleet.h"
+#include "e2e/time_scale.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/testing/test_ca.h"
@@ -149,6 +150,7 @@ TEST_F(CliE2eTest, RunWithServerMatchesALocalRunFieldByField) {
       "import time\nt = time.process_time()\n"
       "while time.process_time() - t < 0.4: pass\n"
       "b = bytearray(48 << 20)\nb[::4096] = b'x' * len(b[::4096])\n";
+  const std::string wall = absl::StrCat(static_cast<int>(Scaled(1)), "s");
   const std::vector<Case> cases = {
       {"exit code, both streams, a partial last line",
        {},
@@ -156,7 +158,9 @@ TEST_F(CliE2eTest, RunWithServerMatchesALocalRunFieldByField) {
        {"sh", "-c", "printf 'a\\nb'; echo err >&2; exit 3"}},
       {"cpu and memory", {}, {}, {"python3", "-c", spin}, 0.4, 5, uint64_t{48} << 20},
       {"signal", {}, {}, {"sh", "-c", "kill -9 $$"}},
-      {"wall timeout", {"--wall-timeout", "1s"}, {"--wall-timeout", "1s"}, {"sleep", "30"}},
+      // Scaled: through the controller the CPU budget is the profile's scaled by the wall
+      // timeout (~0.2 s for 1 s), less than starting `sleep` costs under emulation.
+      {"wall timeout", {"--wall-timeout", wall}, {"--wall-timeout", wall}, {"sleep", "30"}},
       // The controller's shell profile: 2 s of CPU (SetUp); moat run's flag says the same.
       {"cpu timeout", {"--cpu-timeout", "2s"}, {}, {"sh", "-c", "while :; do :; done"}, 2, 10},
       {"oom kill",

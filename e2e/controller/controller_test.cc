@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "e2e/controller/fleet.h"
+#include "e2e/time_scale.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -327,9 +328,14 @@ TEST_F(ControllerE2eTest, RunInOneCallOnAWarmSandbox) {
   ASSERT_EQ(kstatus, 200) << killed.dump();
   EXPECT_EQ(killed["status"], "signaled") << killed.dump();
   EXPECT_EQ(killed["signal"], 9);
-  auto [tstatus, slow] =
-      fleet_->Call("POST", "/v1/run",
-                   R"({"image": {"uri": "python:3.11"}, "command": "sleep 30", "timeout": 1})");
+  // A 1 s timeout, scaled: the CPU budget is the profile's scaled by the timeout (~0.2 s for
+  // 1 s), less than starting `sh` and `sleep` costs under emulation, which would end the run as
+  // a cpu_timeout. Still below the 30 s sleep up to the lanes' largest scale (20).
+  auto [tstatus, slow] = fleet_->Call("POST", "/v1/run",
+                                      json{{"image", {{"uri", "python:3.11"}}},
+                                           {"command", "sleep 30"},
+                                           {"timeout", static_cast<int>(Scaled(1))}}
+                                          .dump());
   ASSERT_EQ(tstatus, 200) << slow.dump();
   EXPECT_EQ(slow["status"], "wall_timeout") << slow.dump();
   EXPECT_TRUE(AgentSandboxes("a1").empty());
