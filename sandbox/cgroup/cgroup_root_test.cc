@@ -363,7 +363,10 @@ TEST_F(CgroupRootTest, ARecycledCgroupIsReusedAndCarriesNothingOver) {
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(after->oom_kills, 0u);
   EXPECT_EQ(after->pids_limit_hits, 0u);
-  EXPECT_LT(after->cpu_ns, 40'000'000u);
+  // Less than the dirty run counted (which nothing carried over cannot reach): a bound in
+  // milliseconds would be one on speed (a quiet child's fork and exit took 117 ms under
+  // emulation, in the real-kernel lane).
+  EXPECT_LT(after->cpu_ns, before->cpu_ns);
   EXPECT_LT(after->memory_peak_bytes, 8u << 20);
   ASSERT_TRUE((*clean)->Destroy().ok());
 }
