@@ -165,7 +165,7 @@ TEST_F(AdoptionE2eTest, ACarriedOverCommandKeepsItsTimeout) {
     if (e.value("type", "") == "init") command = e.value("text", "");
   }
   ASSERT_FALSE(command.empty());
-  for (int i = 0; i < 100 && ProcessesWith(marker).empty(); ++i) {
+  for (int i = 0; i < Rounds(100) && ProcessesWith(marker).empty(); ++i) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   ASSERT_FALSE(ProcessesWith(marker).empty());
@@ -310,7 +310,7 @@ TEST_F(AdoptionE2eTest, AdoptedSandboxIsWatchedByANewProbe) {
   std::unique_ptr<AgentProcess> restarted = StartAgent(setup, state_dir);
   ASSERT_NE(restarted, nullptr);
   std::vector<pid_t> probes;
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < Rounds(200); ++i) {
     probes = ProbesOf(id);
     if (probes.size() == 1 && probes[0] != old_probes[0]) break;
     absl::SleepFor(absl::Milliseconds(10));

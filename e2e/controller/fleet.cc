@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "controller/testing/etcd_cluster.h"
+#include "e2e/time_scale.h"
 
 namespace moat::e2e {
 namespace {
@@ -327,7 +328,7 @@ std::string Fleet::NodeState(const std::string& name) {
 }
 
 bool Fleet::WaitFor(const std::function<bool()>& check, absl::Duration timeout) {
-  absl::Time deadline = absl::Now() + timeout;
+  absl::Time deadline = absl::Now() + Scaled(timeout);
   while (absl::Now() < deadline) {
     if (check()) return true;
     absl::SleepFor(absl::Milliseconds(100));

@@ -101,7 +101,7 @@ class Fleet {
                                            const std::string& path);
   // The node's state as the controller lists it ("" if not listed).
   std::string NodeState(const std::string& name);
-  // Polls `check` until it is true or `timeout` passes.
+  // Polls `check` until it is true or `timeout`, scaled (e2e/time_scale.h), passes.
   static bool WaitFor(const std::function<bool()>& check, absl::Duration timeout);
 
  private:
