@@ -70,8 +70,9 @@ class CliE2eTest : public FleetTest {
  protected:
   void StartFleet() override {
     // A shell profile with a short CPU limit, so a CPU timeout can be compared with moat run's.
-    fleet_->set_extra_config(
-        "languages: {shell: {wall: 60s, cpu: 2s}, python: {wall: 60s, cpu: 15s}}\n");
+    // Scaled (e2e/time_scale.h): under emulation starting python3 alone costs seconds of CPU.
+    fleet_->set_extra_config(absl::StrCat("languages: {shell: {wall: 60s, cpu: ", Scaled(2),
+                                          "s}, python: {wall: 60s, cpu: ", Scaled(15), "s}}\n"));
     ASSERT_TRUE(fleet_->StartController().ok());
     ASSERT_TRUE(fleet_->StartAgent({.name = "a1"}).ok());
     server_ = absl::StrCat("http://127.0.0.1:", fleet_->controller().port());
@@ -156,13 +157,18 @@ TEST_F(CliE2eTest, RunWithServerMatchesALocalRunFieldByField) {
        {},
        {},
        {"sh", "-c", "printf 'a\\nb'; echo err >&2; exit 3"}},
-      {"cpu and memory", {}, {}, {"python3", "-c", spin}, 0.4, 5, uint64_t{48} << 20},
+      {"cpu and memory", {}, {}, {"python3", "-c", spin}, 0.4, Scaled(5), uint64_t{48} << 20},
       {"signal", {}, {}, {"sh", "-c", "kill -9 $$"}},
       // Scaled: through the controller the CPU budget is the profile's scaled by the wall
-      // timeout (~0.2 s for 1 s), less than starting `sleep` costs under emulation.
+      // timeout (1/60 of it here), less than starting `sleep` costs under emulation unscaled.
       {"wall timeout", {"--wall-timeout", wall}, {"--wall-timeout", wall}, {"sleep", "30"}},
-      // The controller's shell profile: 2 s of CPU (SetUp); moat run's flag says the same.
-      {"cpu timeout", {"--cpu-timeout", "2s"}, {}, {"sh", "-c", "while :; do :; done"}, 2, 10},
+      // The controller's shell profile: 2 s of CPU, scaled (SetUp); moat run's flag says the same.
+      {"cpu timeout",
+       {"--cpu-timeout", absl::StrCat(Scaled(2), "s")},
+       {},
+       {"sh", "-c", "while :; do :; done"},
+       Scaled(2),
+       Scaled(10)},
       {"oom kill",
        {"--memory", "64M"},
        {"--memory", "64M"},
