@@ -25,6 +25,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 PKGS=linux-image-amd64,systemd-sysv,udev,kmod,procps,iproute2,util-linux,python3,curl,openssl
 PKGS+=,file,libcpp-httplib0.11,libprometheus-cpp-core1.0,libprometheus-cpp-pull1.0,libssl3
 PKGS+=,libbrotli1,zlib1g,libabsl20220623,libyaml-cpp0.7,libseccomp2,cmake
+# The controller's etcd store (e2e_ha_test skips without /usr/bin/etcd).
+PKGS+=,etcd-server
 # The rootless lane: logind and a user manager (user@.service) reached over D-Bus, for an
 # ordinary user with lingering.
 PKGS+=,dbus,dbus-user-session,libpam-systemd

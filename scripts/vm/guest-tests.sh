@@ -51,6 +51,10 @@ if [ "${ROOTLESS:-1}" = 1 ]; then
   sh "${0%/*}/guest-rootless.sh"
   echo "rootless checks: $(( $(date +%s) - r ))s"
 fi
+# What the guest kernel said of crashed processes, to explain a failure (the OOM kills the
+# limit tests cause are left out).
+dmesg | grep -iE 'segfault|traps:|general protection' | tail -20 > "$OUT/kernel.txt"
+[ -s "$OUT/kernel.txt" ] && { echo "--- guest kernel (also tests/kernel.txt):"; cat "$OUT/kernel.txt"; }
 echo "--- failed tests:"
 grep -h '^\[  FAILED  \] [A-Z]' "$OUT"/*.log | sort -u
 sum() { awk -v k="$1" '{for (i = 1; i <= NF; i++) if (index($i, k "=") == 1) s += substr($i, length(k) + 2)} END {print s + 0}' "$OUT/summary.txt"; }
