@@ -10,10 +10,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lane() {
-  local name=$1 start=$SECONDS
+  local name=$1 start=$SECONDS rc=0
   shift
-  "$@"
-  echo "test.sh: lane \"$name\" took $((SECONDS - start)) s"
+  "$@" || rc=$?
+  echo "test.sh: lane \"$name\" took $((SECONDS - start)) s$([ "$rc" -eq 0 ] || echo ", FAILED (exit $rc)")"
+  return "$rc"
 }
 # The VM lane after the native suite, with the build as it is (built by the first lane); its
 # image is cached in build/vm/ (rebuilt only when scripts/vm/build-image.sh or guest-boot.sh
