@@ -232,8 +232,11 @@ TEST_F(CliE2eTest, RunWithServerMatchesALocalRunFieldByField) {
       EXPECT_GT((*j)["wall_seconds"].get<double>(), 0);
       EXPECT_GE((*j)["cpu_seconds"].get<double>(), c.min_cpu) << j->dump().substr(0, 400);
       EXPECT_LE((*j)["cpu_seconds"].get<double>(), c.max_cpu);
-      EXPECT_GE((*j)["peak_memory_bytes"].get<uint64_t>(), c.min_peak);
-      EXPECT_GT((*j)["peak_memory_bytes"].get<uint64_t>(), 0u);
+      // Not "> 0" for every case: a command that only kills itself may charge nothing past a
+      // reused cgroup's baseline (the kernel charges memory in per-CPU batches of 64 pages);
+      // the memory case's floor shows both sides measure it.
+      EXPECT_GE((*j)["peak_memory_bytes"].get<uint64_t>(), c.min_peak)
+          << (j == &l ? "local: " : "server: ") << j->dump().substr(0, 400);
     }
     // And without --json: the same exit status and output.
     local_args.erase(local_args.begin() + 1);
