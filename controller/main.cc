@@ -216,9 +216,8 @@ int Run(int argc, char** argv) {
     });
     forwarder = std::make_unique<LeaderForwarder>(ForwarderOptions{
         .self = self,
-        .leader = [e = elector.get()]() -> absl::StatusOr<std::optional<std::string>> {
-          return e->KnownLeader();
-        },
+        .leader = [e = elector.get()](const std::optional<std::string>& refused)
+            -> absl::StatusOr<std::optional<std::string>> { return e->KnownLeader(refused); },
         .timeout = config->create_timeout + absl::Seconds(30),
         .ca_file = config->etcd.ca_file});
     placer = std::thread([&] {

@@ -43,21 +43,10 @@ bool FollowerServes(absl::string_view method, absl::string_view path) {
 
 void LeaderForwarder::Forward(const httplib::Request& req, httplib::Response& res) const {
   if (req.has_header(kForwardedHeader)) {
+    res.set_header(kNotLeaderHeader, options_.self);
     return Unavailable(res, absl::StrCat("the leadership is changing (", options_.self,
                                          " was sent this request as the leader and is not); "
                                          "retry in a few seconds"));
-  }
-  absl::StatusOr<std::optional<std::string>> leader = options_.leader();
-  if (!leader.ok()) {
-    return Unavailable(res, absl::StrCat("writes are unavailable: this replica cannot reach etcd "
-                                         "to find the leader (",
-                                         leader.status().message(), ")"));
-  }
-  if (!leader->has_value() || **leader == options_.self) {
-    return Unavailable(res,
-                       "no controller replica leads right now (an election is under way, or etcd "
-                       "has lost its quorum); writes are refused until one does: retry in a few "
-                       "seconds");
   }
   httplib::Request out;
   out.method = req.method;
@@ -75,16 +64,45 @@ void LeaderForwarder::Forward(const httplib::Request& req, httplib::Response& re
   }
   // The leader's answer is relayed as it arrives (a command's server-sent events through the
   // proxy): its head first, then its body chunk by chunk.
-  const std::string url = **leader;
-  std::shared_ptr<RelayUpstream> up = RelayUpstream::Start(
-      {.url = url, .ca_file = options_.ca_file, .read_timeout = options_.timeout}, std::move(out),
-      [&](httplib::Error error) {
-        Unavailable(res,
-                    absl::StrCat("the leader ", url, " did not answer (", httplib::to_string(error),
-                                 "); if it died, another replica leads within the lease "
-                                 "TTL: retry"));
-      });
-  if (!up) return;
+  std::shared_ptr<RelayUpstream> up;
+  std::optional<std::string> refused;
+  for (int attempt = 0; !up; ++attempt) {
+    absl::StatusOr<std::optional<std::string>> leader = options_.leader(refused);
+    if (!leader.ok()) {
+      return Unavailable(res, absl::StrCat("writes are unavailable: this replica cannot reach "
+                                           "etcd to find the leader (",
+                                           leader.status().message(), ")"));
+    }
+    if (!leader->has_value() || **leader == options_.self) {
+      return Unavailable(res,
+                         "no controller replica leads right now (an election is under way, or "
+                         "etcd has lost its quorum); writes are refused until one does: retry in "
+                         "a few seconds");
+    }
+    const std::string url = **leader;
+    httplib::Error error = httplib::Error::Success;
+    up = RelayUpstream::Start(
+        {.url = url, .ca_file = options_.ca_file, .read_timeout = options_.timeout},
+        attempt == 0 ? httplib::Request(out) : httplib::Request(std::move(out)),
+        [&](httplib::Error e) { error = e; });
+    // Once more, to the leader etcd names now, only where nothing reached a leader: nobody
+    // listened (the old leader died), or the replica there refused as not leading.
+    const bool not_sent =
+        !up && (error == httplib::Error::Connection || error == httplib::Error::ConnectionTimeout);
+    const bool not_leader =
+        up && up->head().status == 503 && up->head().has_header(kNotLeaderHeader);
+    if (attempt == 0 && (not_sent || not_leader)) {
+      refused = url;
+      up = nullptr;
+      continue;
+    }
+    if (!up) {
+      return Unavailable(
+          res, absl::StrCat("the leader ", url, " did not answer (", httplib::to_string(error),
+                            "); if it died, another replica leads within the "
+                            "lease TTL: retry"));
+    }
+  }
   const httplib::Response& head = up->head();
   res.status = head.status;
   for (const auto& [name, value] : head.headers) {

@@ -7,7 +7,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "controller/testing/loopback_server.h"
@@ -77,9 +79,18 @@ class ForwarderTest : public ::testing::Test {
                 });
           });
   }};
-  LeaderForwarder forwarder_{ForwarderOptions{
-      .self = "http://follower",
-      .leader = [this]() -> absl::StatusOr<std::optional<std::string>> { return leader_url_; }}};
+  LeaderForwarder forwarder_{
+      ForwarderOptions{.self = "http://follower",
+                       .leader = [this](const std::optional<std::string>& refused)
+                           -> absl::StatusOr<std::optional<std::string>> {
+                         refused_.push_back(refused.value_or("-"));
+                         if (refused && fresh_leader_url_) return fresh_leader_url_;
+                         return leader_url_;
+                       }}};
+  // What the forwarder's leader() was told was refused, call by call ("-": nothing).
+  std::vector<std::string> refused_;
+  // The leader etcd names once the cached leader_url_ was refused (nullopt: the same).
+  std::optional<std::string> fresh_leader_url_;
   Server follower_{[this](httplib::Server& s) {
     auto forward = [this](const httplib::Request& req, httplib::Response& res) {
       forwarder_.Forward(req, res);
@@ -126,6 +137,73 @@ TEST_F(ForwarderTest, ARequestIsForwardedAtMostOnce) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 503);
   EXPECT_THAT(r->body, HasSubstr("leadership is changing"));
+  EXPECT_EQ(r->get_header_value(kNotLeaderHeader), "http://follower");
+}
+
+// A replica that was the leader in this follower's last look at etcd, and is not any more
+// (restarted as a follower since an election): it refuses as not leading, and the request goes
+// once more to the leader etcd names now.
+TEST_F(ForwarderTest, AReplicaThatNoLongerLeadsSendsTheFollowerToTheNewLeader) {
+  int refusals = 0;
+  LeaderForwarder old_leaders{
+      ForwarderOptions{.self = "http://old-leader",
+                       .leader = [](const std::optional<std::string>&)
+                           -> absl::StatusOr<std::optional<std::string>> { return std::nullopt; }}};
+  Server old_leader{[&](httplib::Server& s) {
+    s.Post(".*", [&](const httplib::Request& req, httplib::Response& res) {
+      ++refusals;
+      old_leaders.Forward(req, res);
+    });
+  }};
+  leader_url_ = old_leader.url();
+  fresh_leader_url_ = leader_.url();
+  auto r = Create();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 202) << r->body;
+  EXPECT_EQ(r->get_header_value("X-From"), "leader");
+  EXPECT_EQ(json::parse(r->body)["body"], R"({"image":"x"})");
+  EXPECT_EQ(refusals, 1);
+  EXPECT_EQ(refused_, (std::vector<std::string>{"-", old_leader.url()}));
+
+  // Once only: when etcd still names a replica that refuses, the client gets its 503.
+  refused_.clear();
+  fresh_leader_url_ = std::nullopt;
+  r = Create();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_THAT(r->body, HasSubstr("leadership is changing"));
+  EXPECT_EQ(refusals, 3);
+  EXPECT_EQ(refused_.size(), 2u);
+}
+
+// Nobody listens where the leader was (it died, or restarts): the leader etcd names now.
+TEST_F(ForwarderTest, ARefusedConnectionAsksForTheLeaderAgain) {
+  leader_url_ = "http://127.0.0.1:1";
+  fresh_leader_url_ = leader_.url();
+  auto r = Create();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 202) << r->body;
+  EXPECT_EQ(refused_, (std::vector<std::string>{"-", "http://127.0.0.1:1"}));
+}
+
+// A leader's own 503 (its store unreachable, say) is its answer: the request is not sent again.
+TEST_F(ForwarderTest, TheLeadersOwn503IsPassedOnNotRetried) {
+  int calls = 0;
+  Server busy_leader{[&](httplib::Server& s) {
+    s.Post(".*", [&](const httplib::Request&, httplib::Response& res) {
+      ++calls;
+      res.status = 503;
+      res.set_content(R"({"code":"STORE_UNAVAILABLE","message":"etcd"})", "application/json");
+    });
+  }};
+  leader_url_ = busy_leader.url();
+  fresh_leader_url_ = leader_.url();
+  auto r = Create();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_EQ(json::parse(r->body)["code"], "STORE_UNAVAILABLE");
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(refused_, std::vector<std::string>{"-"});
 }
 
 TEST_F(ForwarderTest, ADeadLeaderIsA503) {

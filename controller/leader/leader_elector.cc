@@ -48,31 +48,37 @@ absl::StatusOr<std::optional<std::string>> LeaderElector::Leader() const {
   return client_->Leader(options_.election);
 }
 
-std::optional<std::string> LeaderElector::KnownLeader() const {
+std::optional<std::string> LeaderElector::KnownLeader(
+    const std::optional<std::string>& refused) const {
   {
     absl::MutexLock lock(&mu_);
-    if (Knows()) return known_leader_;
+    if (Trusts(refused)) return known_leader_;
   }
   // No leader known (this replica started while none led yet, or it reads its own key while
-  // not leading: an election under way): ask etcd now rather than refuse the request until the
-  // next renewal. One question at a time and at most one per kLookupInterval, so a storm of
-  // writes during an election does not become a storm of reads on etcd.
+  // not leading: an election under way), or the caller found the known one not leading: ask
+  // etcd now rather than refuse the request until the next renewal. One question at a time and
+  // at most one per kLookupInterval, so a storm of writes during an election does not become a
+  // storm of reads on etcd.
   absl::MutexLock lookup(&lookup_mu_);
   {
     absl::MutexLock lock(&mu_);
-    if (Knows() || absl::Now() - last_lookup_ < kLookupInterval) {
-      return Knows() ? known_leader_ : std::nullopt;
+    if (Trusts(refused) || absl::Now() - last_lookup_ < kLookupInterval) {
+      return Trusts(refused) ? known_leader_ : std::nullopt;
     }
   }
   absl::StatusOr<std::optional<std::string>> leader = Leader();
   absl::MutexLock lock(&mu_);
   last_lookup_ = absl::Now();
   if (leader.ok()) Learn(*leader);
-  return Knows() ? known_leader_ : std::nullopt;
+  return Trusts(refused) ? known_leader_ : std::nullopt;
 }
 
 bool LeaderElector::Knows() const {
   return known_leader_.has_value() && (*known_leader_ != options_.identity || leading_);
+}
+
+bool LeaderElector::Trusts(const std::optional<std::string>& refused) const {
+  return Knows() && known_leader_ != refused;
 }
 
 void LeaderElector::Learn(std::optional<std::string> leader) const {

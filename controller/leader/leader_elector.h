@@ -65,7 +65,12 @@ class LeaderElector {
   // last looked, or etcd names this replica while it does not lead) does it ask etcd itself,
   // at most once per kLookupInterval. Forwarding to a replica that no longer leads is safe: it
   // refuses (503).
-  std::optional<std::string> KnownLeader() const ABSL_LOCKS_EXCLUDED(mu_, lookup_mu_);
+  //
+  // `refused`: a leader the caller found not leading (it refused a forwarded request, or nothing
+  // listened at its address): an answer naming it is not trusted and etcd is asked, with the
+  // same limit, so a follower whose copy is a renewal old learns at once who won an election.
+  std::optional<std::string> KnownLeader(const std::optional<std::string>& refused = std::nullopt)
+      const ABSL_LOCKS_EXCLUDED(mu_, lookup_mu_);
   static constexpr absl::Duration kLookupInterval = absl::Milliseconds(100);
   // Times this replica became the leader.
   int64_t terms() const;
@@ -78,6 +83,8 @@ class LeaderElector {
   void SetLeader(std::optional<LeaderKey> key) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether known_leader_ names a leader to forward to (not this replica unless it leads).
   bool Knows() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Knows(), and known_leader_ is not `refused`.
+  bool Trusts(const std::optional<std::string>& refused) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Learn(std::optional<std::string> leader) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const EtcdClient* client_;

@@ -259,5 +259,32 @@ TEST_F(LeaderElectorTest, AReplicaStartedBeforeAnyLeaderLearnsItAtOnce) {
   EXPECT_EQ(next->KnownLeader(), now);
 }
 
+// A follower forwarded a write to the replica it last saw leading, which refused it (it
+// resigned since): asked again with that replica refused, the follower reads etcd at once
+// instead of trusting its copy until the next renewal (3 s here).
+TEST_F(LeaderElectorTest, ALeaderFoundNotLeadingIsLookedUpAgainAtOnce) {
+  auto ca = NewClient(), cb = NewClient(), cc = NewClient();
+  LeaderElector a(ca.get(), SlowRenewal("http://a"));
+  a.Start();
+  ASSERT_TRUE(Eventually([&] { return a.IsLeader(); }));
+  LeaderElector b(cb.get(), SlowRenewal("http://b")), c(cc.get(), SlowRenewal("http://c"));
+  b.Start();
+  c.Start();
+  for (LeaderElector* e : {&b, &c}) {
+    ASSERT_TRUE(Eventually([&] { return e->KnownLeader() == "http://a"; }, absl::Seconds(1)));
+  }
+  a.Stop();  // Resigns: b or c leads at once.
+  LeaderElector* next = nullptr;
+  ASSERT_TRUE(Eventually([&] {
+    next = b.IsLeader() ? &b : c.IsLeader() ? &c : nullptr;
+    return next != nullptr;
+  }));
+  LeaderElector* follower = next == &b ? &c : &b;
+  const std::optional<std::string> now = *next->Leader();
+  EXPECT_TRUE(
+      Eventually([&] { return follower->KnownLeader("http://a") == now; }, absl::Milliseconds(500)))
+      << "the follower still names " << follower->KnownLeader("http://a").value_or("(none)");
+}
+
 }  // namespace
 }  // namespace moat::controller
