@@ -104,8 +104,7 @@ void NodeTable::ChangedLocked(const std::string& name, Node& node) {
   auto info = std::make_shared<scheduler::NodeInfo>();
   info->name = name;
   info->arch = node.report.arch;
-  // Until its first heartbeat brings the agent's token the controller cannot call it.
-  info->state = node.report.agent_token.empty() ? NodeState::kNotReady : node.state;
+  info->state = SeenState(node);
   info->cordoned = node.cordoned;
   info->allocatable = node.report.allocatable;
   info->allocated = node.allocated;
@@ -179,12 +178,17 @@ absl::StatusOr<AgentEndpoint> NodeTable::Endpoint(const std::string& name) const
                        options_.agent_ca_file};
 }
 
+NodeState NodeTable::SeenState(const Node& node) {
+  if (node.state == NodeState::kLost) return node.state;
+  return node.report.agent_token.empty() ? NodeState::kNotReady : node.state;
+}
+
 NodeView NodeTable::ViewLocked(const std::string& name, const Node& node) const {
   NodeView v;
   v.name = name;
   v.report = node.report;
   v.report.agent_token.clear();  // Never shown.
-  v.state = node.state;
+  v.state = SeenState(node);
   v.cordoned = node.cordoned;
   v.draining = node.draining;
   v.allocated = node.allocated;
@@ -220,7 +224,7 @@ std::map<std::pair<std::string, std::string>, int> NodeTable::CountByStateAndArc
   absl::MutexLock lock(&mu_);
   std::map<std::pair<std::string, std::string>, int> out;
   for (const auto& [name, node] : nodes_) {
-    ++out[{std::string(scheduler::NodeStateName(node.state)), node.report.arch}];
+    ++out[{std::string(scheduler::NodeStateName(SeenState(node))), node.report.arch}];
   }
   return out;
 }

@@ -122,6 +122,9 @@ class NodeTable {
     absl::Time joined_at, last_heartbeat;
     std::shared_ptr<const scheduler::NodeInfo> info;  // What snapshots share; remade on change.
   };
+  // The state the scheduler, the API and the metrics see: NotReady until the first heartbeat
+  // brings the agent's token (before it the controller cannot call the agent), else its own.
+  static scheduler::NodeState SeenState(const Node& node);
   // After any change to `node`: its NodeInfo is remade and the fleet snapshot is stale.
   void ChangedLocked(const std::string& name, Node& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   NodeView ViewLocked(const std::string& name, const Node& node) const

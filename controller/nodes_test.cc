@@ -76,6 +76,26 @@ TEST_F(NodeTableTest, HeartbeatsNeedTheSessionOfTheLastJoin) {
   EXPECT_EQ(table_.Endpoint("n1")->token, "0123456789abcdef0123");
 }
 
+// A node joins without the agent's token; until a heartbeat brings it nothing can be sent to
+// the agent, so nobody is told the node is Ready: not the scheduler, not the API, not the
+// metrics (a client that waited for Ready then had its proxy call refused).
+TEST_F(NodeTableTest, AJoinedNodeIsNotReadyUntilAHeartbeatBringsTheAgentsToken) {
+  NodeReport joined = Report();
+  joined.agent_token.clear();
+  auto session = table_.Join("n1", joined);
+  ASSERT_TRUE(session.ok());
+  EXPECT_EQ(table_.Get("n1")->state, NodeState::kNotReady);
+  EXPECT_EQ(table_.List().at(0).state, NodeState::kNotReady);
+  EXPECT_EQ(table_.Snapshot()->nodes.at(0)->state, NodeState::kNotReady);
+  EXPECT_EQ((table_.CountByStateAndArch()[{"NotReady", "x86_64"}]), 1);
+  EXPECT_TRUE(absl::IsUnavailable(table_.Endpoint("n1").status()));
+  ASSERT_TRUE(table_.Heartbeat("n1", *session, Report()).ok());
+  EXPECT_EQ(table_.Get("n1")->state, NodeState::kReady);
+  EXPECT_EQ(table_.List().at(0).state, NodeState::kReady);
+  EXPECT_EQ((table_.CountByStateAndArch()[{"Ready", "x86_64"}]), 1);
+  EXPECT_TRUE(table_.Endpoint("n1").ok());
+}
+
 TEST_F(NodeTableTest, SnapshotsAreImmutableAndRebuiltOnlyOnChange) {
   ASSERT_TRUE(table_.Join("n1", Report()).ok());
   auto a = table_.Snapshot();
