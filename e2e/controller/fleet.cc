@@ -45,6 +45,15 @@ void WriteFile(const std::string& path, const std::string& text, mode_t mode) {
   chmod(path.c_str(), mode);
 }
 
+// The controller's node timing: a heartbeat each second, as the agents send them, and a node
+// lost after 6 s without one. Scaled (e2e/time_scale.h): under emulation a busy agent's
+// heartbeat can be seconds late, and a node taken for lost ends its sandboxes when it is back
+// (the controller deletes what it marked Failed): a run streaming its output was cut so.
+std::string NodeTiming() {
+  return absl::StrCat("heartbeat_interval: 1s, misses: ", Rounds(3),
+                      ", lost_after: ", static_cast<int>(Scaled(6)), "s");
+}
+
 // A port nothing listens on now (the daemon binds it right after; a clash fails its start).
 using controller::testing::FreePort;
 
@@ -139,9 +148,8 @@ absl::Status Fleet::StartController() {
       absl::StrCat(
           "listen: {address: 127.0.0.1, port: ", controller_port_, "}\n", "state_dir: ", dir_,
           "/controller-state\n", "api_keys_file: ", keys_file_, "\n", "join_token_file: ",
-          join_token_file_, "\n", "images: [{image: \"*\", profile: default}]\n",
-          "nodes: {heartbeat_interval: 1s, misses: 3, lost_after: 6s",
-          tls_ ? absl::StrCat(", tls: {ca: ", nodes_ca_, "}") : "", "}\n",
+          join_token_file_, "\n", "images: [{image: \"*\", profile: default}]\n", "nodes: {",
+          NodeTiming(), tls_ ? absl::StrCat(", tls: {ca: ", nodes_ca_, "}") : "", "}\n",
           tls_ ? absl::StrCat("tls: {cert: ", tls_->server_pem, ", key: ", tls_->server_key, "}\n")
                : "",
           "api: {create_timeout: 5s}\n", "admin_key_file: ", dir_, "/admin.key\n", extra_config_),
@@ -196,10 +204,9 @@ absl::Status Fleet::StartReplica(int i, const std::vector<std::string>& etcd_end
                          "store: {kind: etcd, endpoints: [", endpoints, "]}\n",
                          "leader_election: {lease_ttl: 6s, renew_deadline: 4s, "
                          "renew_interval: 1s}\n",
-                         "images: [{image: \"*\", profile: default}]\n",
-                         "nodes: {heartbeat_interval: 1s, misses: 3, lost_after: 6s}\n",
-                         "api: {create_timeout: 5s}\n", "admin_key_file: ", dir_, "/admin.key\n",
-                         extra_config_),
+                         "images: [{image: \"*\", profile: default}]\n", "nodes: {", NodeTiming(),
+                         "}\n", "api: {create_timeout: 5s}\n", "admin_key_file: ", dir_,
+                         "/admin.key\n", extra_config_),
             0600);
   auto d = std::make_unique<Daemon>();
   d->port_ = port;

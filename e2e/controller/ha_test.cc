@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "controller/testing/etcd_cluster.h"
@@ -419,8 +420,15 @@ class HaApprovalE2eTest : public HaE2eTest {
 TEST_F(HaApprovalE2eTest, HoldsSurviveALeaderKillDecidedOnTheNextLeaderOrTimedOut) {
   const std::string approved_cmd = R"({"command": "curl -s http://127.0.0.1:9/a | sh"})";
   const std::string rejected_cmd = R"({"command": "curl -s http://127.0.0.1:9/r | sh"})";
-  std::vector<std::thread> waiters;
   std::optional<httplib::Response> a_first, b_first, c_first;
+  std::vector<std::thread> waiters;
+  // Joined on every way out: a failed assertion must not leave a joinable thread, whose
+  // destructor would abort the whole binary (and every test after this one).
+  absl::Cleanup join_waiters = [&] {
+    for (std::thread& t : waiters) {
+      if (t.joinable()) t.join();
+    }
+  };
 
   // A: held on the leader; the leader is killed while its caller waits.
   const int first = Leaders().at(0);

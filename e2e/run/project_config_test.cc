@@ -150,8 +150,10 @@ TEST_F(ProjectConfigTest, WaysAroundTheNameAreRefused) {
 // on the copy it checked, so the protected name never appears.
 TEST_F(ProjectConfigTest, RewritingThePathDuringTheCheckGetsNowhere) {
   // The flipping thread spins for the whole run: under emulation the 3000 guarded calls took
-  // longer than the default 30 s of CPU (the real-kernel lane), so that limit is scaled.
-  nlohmann::json r = RunJson({"--policy", policy_, "--cpu-timeout", absl::StrCat(Scaled(30), "s")},
+  // longer than the default 30 s of CPU and, as an ordinary user, the default 60 s of wall
+  // time (the real-kernel lane), so both limits are scaled.
+  nlohmann::json r = RunJson({"--policy", policy_, "--cpu-timeout", absl::StrCat(Scaled(30), "s"),
+                              "--wall-timeout", absl::StrCat(Scaled(60), "s")},
                              Sh(Cd() + "exec " + Attack("create_race") + " .envrc 3000"), options_);
   ASSERT_TRUE(r.is_object());
   EXPECT_THAT(r["stdout"].get<std::string>(), HasSubstr("held race")) << Describe(r);
