@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "node-agent/api/code_interpreter.h"
 #include "node-agent/api/execd_api_internal.h"
+#include "node-agent/api/sse_event.h"
 #include "util/log.h"
 #include "util/status_macros.h"
 #include "util/token.h"
@@ -121,10 +122,6 @@ absl::StatusOr<RunRequest> ParseRunRequest(absl::string_view body) {
 }
 
 int64_t UnixMillis(absl::Time t) { return absl::ToUnixMillis(t); }
-
-std::string Event(const json& event) {
-  return absl::StrCat("data: ", event.dump(-1, ' ', false, json::error_handler_t::replace), "\n\n");
-}
 
 // The error event that ends a stream of a command that did not exit with 0, or nothing.
 std::optional<json> ErrorFor(const CommandStatus& status) {
@@ -452,25 +449,26 @@ void ExecdApi::RegisterMetricsRoutes(httplib::Server& s) {
     auto watch = std::make_shared<Watch>(Watch{*record, first->cpu_seconds, absl::Now()});
     res.status = 200;
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [this, watch](size_t,
-                                                                        httplib::DataSink& sink) {
-      // Sleeps in small steps so that a stopping server or a gone client ends it soon.
-      for (absl::Time until = watch->at + options_.metrics_interval; absl::Now() < until;) {
-        if (stopping_ || !sink.is_writable()) return false;
-        absl::SleepFor(std::min(options_.poll, until - absl::Now()));
-      }
-      absl::StatusOr<SandboxHealth> now = backend_->Probe(watch->record.id);
-      if (!now.ok()) {
-        sink.done();  // The sandbox is gone: the stream ends.
-        return true;
-      }
-      absl::Time at = absl::Now();
-      double pct = CpuPercent(watch->cpu_seconds, watch->at, now->cpu_seconds, at);
-      watch->cpu_seconds = now->cpu_seconds;
-      watch->at = at;
-      std::string event = Event(MetricsJson(watch->record, *now, pct, UnixMillis(clock_->Now())));
-      return sink.write(event.data(), event.size());
-    });
+    res.set_chunked_content_provider(
+        "text/event-stream", [this, watch](size_t, httplib::DataSink& sink) {
+          // Sleeps in small steps so that a stopping server or a gone client ends it soon.
+          for (absl::Time until = watch->at + options_.metrics_interval; absl::Now() < until;) {
+            if (stopping_ || !sink.is_writable()) return false;
+            absl::SleepFor(std::min(options_.poll, until - absl::Now()));
+          }
+          absl::StatusOr<SandboxHealth> now = backend_->Probe(watch->record.id);
+          if (!now.ok()) {
+            sink.done();  // The sandbox is gone: the stream ends.
+            return true;
+          }
+          absl::Time at = absl::Now();
+          double pct = CpuPercent(watch->cpu_seconds, watch->at, now->cpu_seconds, at);
+          watch->cpu_seconds = now->cpu_seconds;
+          watch->at = at;
+          std::string event =
+              SseEvent(MetricsJson(watch->record, *now, pct, UnixMillis(clock_->Now())));
+          return sink.write(event.data(), event.size());
+        });
   });
 }
 
@@ -703,7 +701,7 @@ bool ExecdApi::WriteStreamEvents(Stream& stream, httplib::DataSink& sink) {
   const int64_t now_ms = UnixMillis(clock_->Now());
   auto add = [&](json event) {
     event["timestamp"] = now_ms;
-    pending += Event(event);
+    pending += SseEvent(event);
   };
   auto flush = [&] {
     if (pending.empty()) return true;
@@ -728,10 +726,9 @@ bool ExecdApi::WriteStreamEvents(Stream& stream, httplib::DataSink& sink) {
   stream.next_line = batch.next_line;
   if (batch.dropped_bytes > 0) {
     stream.consumed_bytes += batch.dropped_bytes;
-    if (!write({{"type", "stderr"},
-                {"text", absl::StrCat("[moat: ", batch.dropped_bytes, " bytes dropped]\n")}})) {
-      return false;
-    }
+    AppendOutputEvent("stderr", absl::StrCat("[moat: ", batch.dropped_bytes, " bytes dropped]\n"),
+                      /*partial=*/false, now_ms, &pending);
+    if (!flush()) return false;
   }
   // One event per line, as execd sends them: the terminator removed, an empty line as "\n"
   // (their clients add the line breaks back), a partial last line as it is.
@@ -757,12 +754,13 @@ bool ExecdApi::WriteStreamEvents(Stream& stream, httplib::DataSink& sink) {
           break;  // Shown as it is, below.
       }
     }
-    json event = {{"type", line.stream == OutputStream::kStdout ? "stdout" : "stderr"},
-                  {"text", text.empty() ? std::string("\n") : std::string(text)}};
-    // moat's: a last line without its terminator says so, so that a client can rebuild the
-    // output byte for byte (POST /v1/run does); execd's clients ignore the field.
-    if (!complete) event["partial"] = true;
-    add(std::move(event));
+    // moat's "partial": a last line without its terminator says so, so that a client can
+    // rebuild the output byte for byte (POST /v1/run does); execd's clients ignore the field.
+    // Written straight into the buffer (sse_event.h): a json object per line cost more than
+    // the rest of the stream.
+    AppendOutputEvent(line.stream == OutputStream::kStdout ? "stdout" : "stderr",
+                      text.empty() ? absl::string_view("\n") : text, /*partial=*/!complete, now_ms,
+                      &pending);
   }
   if (batch.finished && !stream.code_context.empty()) {
     // A code run ends with execution_complete once the interpreter finished it (after an error

@@ -1,0 +1,131 @@
+#include "node-agent/api/sse_event.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace moat::agent {
+namespace {
+
+constexpr char kReplacement[] = "\xEF\xBF\xBD";  // U+FFFD
+
+// Bytes that cannot be copied as they are: control bytes, `"`, `\` and the start of non-ASCII.
+bool NeedsCare(unsigned char c) { return c < 0x20 || c == '"' || c == '\\' || c >= 0x80; }
+
+void AppendEscapedControl(unsigned char c, std::string* out) {
+  switch (c) {
+    case '\b':
+      out->append("\\b");
+      return;
+    case '\t':
+      out->append("\\t");
+      return;
+    case '\n':
+      out->append("\\n");
+      return;
+    case '\f':
+      out->append("\\f");
+      return;
+    case '\r':
+      out->append("\\r");
+      return;
+    default: {
+      constexpr char kHex[] = "0123456789abcdef";  // nlohmann's "\\u%04x": lower case.
+      const char escape[] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 0xF]};
+      out->append(escape, sizeof(escape));
+    }
+  }
+}
+
+// How long a well-formed UTF-8 sequence that starts with `lead` is, and the range its second
+// byte must be in (Unicode's table 3-7: no overlong forms, no surrogates, nothing past
+// U+10FFFF); 0 for a byte that cannot start one. Later bytes are 80..BF.
+struct Lead {
+  int length;
+  unsigned char low;
+  unsigned char high;
+};
+Lead LeadOf(unsigned char lead) {
+  if (lead >= 0xC2 && lead <= 0xDF) return {2, 0x80, 0xBF};
+  if (lead == 0xE0) return {3, 0xA0, 0xBF};
+  if (lead == 0xED) return {3, 0x80, 0x9F};
+  if (lead >= 0xE1 && lead <= 0xEF) return {3, 0x80, 0xBF};
+  if (lead == 0xF0) return {4, 0x90, 0xBF};
+  if (lead >= 0xF1 && lead <= 0xF3) return {4, 0x80, 0xBF};
+  if (lead == 0xF4) return {4, 0x80, 0x8F};
+  return {0, 0, 0};
+}
+
+}  // namespace
+
+void AppendJsonString(absl::string_view text, std::string* out) {
+  out->reserve(out->size() + text.size() + 2);
+  out->push_back('"');
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    size_t run = i;
+    while (run < n && !NeedsCare(static_cast<unsigned char>(text[run]))) ++run;
+    out->append(text.data() + i, run - i);
+    i = run;
+    if (i == n) break;
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      if (c == '"' || c == '\\') {
+        out->push_back('\\');
+        out->push_back(static_cast<char>(c));
+      } else {
+        AppendEscapedControl(c, out);
+      }
+      ++i;
+      continue;
+    }
+    const Lead lead = LeadOf(c);
+    if (lead.length == 0) {
+      // Rejected at its first byte: nlohmann drops that byte for one U+FFFD.
+      out->append(kReplacement);
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    bool whole = true;
+    for (int k = 1; k < lead.length; ++k, ++j) {
+      if (j == n) {
+        // Cut short by the end of the string: one U+FFFD for what was begun.
+        out->append(kReplacement);
+        out->push_back('"');
+        return;
+      }
+      const auto next = static_cast<unsigned char>(text[j]);
+      const unsigned char low = k == 1 ? lead.low : 0x80;
+      const unsigned char high = k == 1 ? lead.high : 0xBF;
+      if (next < low || next > high) {
+        whole = false;
+        break;
+      }
+    }
+    if (whole) {
+      out->append(text.data() + i, j - i);
+    } else {
+      // Rejected inside a sequence: one U+FFFD for the bytes before, and the byte that did not
+      // fit is read again as a start (nlohmann's `--i`).
+      out->append(kReplacement);
+    }
+    i = j;
+  }
+  out->push_back('"');
+}
+
+void AppendOutputEvent(absl::string_view type, absl::string_view text, bool partial,
+                       int64_t timestamp_ms, std::string* out) {
+  out->append(partial ? "data: {\"partial\":true,\"text\":" : "data: {\"text\":");
+  AppendJsonString(text, out);
+  absl::StrAppend(out, ",\"timestamp\":", timestamp_ms, ",\"type\":");
+  AppendJsonString(type, out);
+  out->append("}\n\n");
+}
+
+std::string SseEvent(const nlohmann::json& event) {
+  return absl::StrCat(
+      "data: ", event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "\n\n");
+}
+
+}  // namespace moat::agent
