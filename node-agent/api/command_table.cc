@@ -322,6 +322,7 @@ OutputBatch Command::Read(uint64_t from, uint64_t consumed_bytes, absl::Duration
     batch.dropped_bytes = kept_from > consumed_bytes ? kept_from - consumed_bytes : 0;
     from = first_line_;
   }
+  if (end > from) batch.lines.reserve(end - from);
   for (uint64_t i = from; i < end; ++i) batch.lines.push_back(lines_[i - first_line_].line);
   batch.next_line = std::max(from, end);
   batch.finished = !status_.running && batch.next_line >= end;

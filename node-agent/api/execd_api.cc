@@ -699,6 +699,7 @@ bool ExecdApi::WriteStreamEvents(Stream& stream, httplib::DataSink& sink) {
   // Events are gathered and written together: a burst of lines is one write, not one each.
   std::string pending;
   const int64_t now_ms = UnixMillis(clock_->Now());
+  const OutputEventWriter events(now_ms);
   auto add = [&](json event) {
     event["timestamp"] = now_ms;
     pending += SseEvent(event);
@@ -726,8 +727,9 @@ bool ExecdApi::WriteStreamEvents(Stream& stream, httplib::DataSink& sink) {
   stream.next_line = batch.next_line;
   if (batch.dropped_bytes > 0) {
     stream.consumed_bytes += batch.dropped_bytes;
-    AppendOutputEvent("stderr", absl::StrCat("[moat: ", batch.dropped_bytes, " bytes dropped]\n"),
-                      /*partial=*/false, now_ms, &pending);
+    events.Append(OutputStream::kStderr,
+                  absl::StrCat("[moat: ", batch.dropped_bytes, " bytes dropped]\n"),
+                  /*partial=*/false, &pending);
     if (!flush()) return false;
   }
   // One event per line, as execd sends them: the terminator removed, an empty line as "\n"
@@ -758,9 +760,8 @@ bool ExecdApi::WriteStreamEvents(Stream& stream, httplib::DataSink& sink) {
     // rebuild the output byte for byte (POST /v1/run does); execd's clients ignore the field.
     // Written straight into the buffer (sse_event.h): a json object per line cost more than
     // the rest of the stream.
-    AppendOutputEvent(line.stream == OutputStream::kStdout ? "stdout" : "stderr",
-                      text.empty() ? absl::string_view("\n") : text, /*partial=*/!complete, now_ms,
-                      &pending);
+    events.Append(line.stream, text.empty() ? absl::string_view("\n") : text,
+                  /*partial=*/!complete, &pending);
   }
   if (batch.finished && !stream.code_context.empty()) {
     // A code run ends with execution_complete once the interpreter finished it (after an error

@@ -1,5 +1,7 @@
 #include "node-agent/api/sse_event.h"
 
+#include <array>
+
 #include "absl/strings/str_cat.h"
 
 namespace moat::agent {
@@ -8,7 +10,12 @@ namespace {
 constexpr char kReplacement[] = "\xEF\xBF\xBD";  // U+FFFD
 
 // Bytes that cannot be copied as they are: control bytes, `"`, `\` and the start of non-ASCII.
-bool NeedsCare(unsigned char c) { return c < 0x20 || c == '"' || c == '\\' || c >= 0x80; }
+// A table: one load per byte of the plain runs that are most of any output.
+constexpr std::array<bool, 256> kNeedsCare = [] {
+  std::array<bool, 256> t{};
+  for (int c = 0; c < 256; ++c) t[c] = c < 0x20 || c == '"' || c == '\\' || c >= 0x80;
+  return t;
+}();
 
 void AppendEscapedControl(unsigned char c, std::string* out) {
   switch (c) {
@@ -63,7 +70,7 @@ void AppendJsonString(absl::string_view text, std::string* out) {
   size_t i = 0;
   while (i < n) {
     size_t run = i;
-    while (run < n && !NeedsCare(static_cast<unsigned char>(text[run]))) ++run;
+    while (run < n && !kNeedsCare[static_cast<unsigned char>(text[run])]) ++run;
     out->append(text.data() + i, run - i);
     i = run;
     if (i == n) break;
@@ -114,13 +121,15 @@ void AppendJsonString(absl::string_view text, std::string* out) {
   out->push_back('"');
 }
 
-void AppendOutputEvent(absl::string_view type, absl::string_view text, bool partial,
-                       int64_t timestamp_ms, std::string* out) {
+OutputEventWriter::OutputEventWriter(int64_t timestamp_ms)
+    : stdout_tail_(absl::StrCat(",\"timestamp\":", timestamp_ms, ",\"type\":\"stdout\"}\n\n")),
+      stderr_tail_(absl::StrCat(",\"timestamp\":", timestamp_ms, ",\"type\":\"stderr\"}\n\n")) {}
+
+void OutputEventWriter::Append(OutputStream stream, absl::string_view text, bool partial,
+                               std::string* out) const {
   out->append(partial ? "data: {\"partial\":true,\"text\":" : "data: {\"text\":");
   AppendJsonString(text, out);
-  absl::StrAppend(out, ",\"timestamp\":", timestamp_ms, ",\"type\":");
-  AppendJsonString(type, out);
-  out->append("}\n\n");
+  out->append(stream == OutputStream::kStdout ? stdout_tail_ : stderr_tail_);
 }
 
 std::string SseEvent(const nlohmann::json& event) {

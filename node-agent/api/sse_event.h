@@ -6,6 +6,7 @@
 
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
+#include "node-agent/api/command_table.h"
 
 namespace moat::agent {
 
@@ -17,11 +18,19 @@ namespace moat::agent {
 // nlohmann's escaping were most of the agent's time while streaming (docs/performance.md).
 void AppendJsonString(absl::string_view text, std::string* out);
 
-// Appends `data: <event>\n\n`, the event a line of output becomes: the same bytes as
-// SseEvent({{"type", type}, {"text", text}, {"timestamp", timestamp_ms}} plus
-// {"partial", true} when `partial`), keys in nlohmann's (sorted) order.
-void AppendOutputEvent(absl::string_view type, absl::string_view text, bool partial,
-                       int64_t timestamp_ms, std::string* out);
+// Appends `data: <event>\n\n` for lines of output read at one time: the same bytes as
+// SseEvent({{"type", "stdout" or "stderr"}, {"text", text}, {"timestamp", timestamp_ms}} plus
+// {"partial", true} when `partial`), keys in nlohmann's (sorted) order. The events of one read
+// share their timestamp, so its digits are written once, not once per line.
+class OutputEventWriter {
+ public:
+  explicit OutputEventWriter(int64_t timestamp_ms);
+  void Append(OutputStream stream, absl::string_view text, bool partial, std::string* out) const;
+
+ private:
+  std::string stdout_tail_;  // ,"timestamp":N,"type":"stdout"}\n\n
+  std::string stderr_tail_;
+};
 
 // `data: <event>\n\n` of any event, through nlohmann (the rare ones: init, error, ping...).
 std::string SseEvent(const nlohmann::json& event);

@@ -115,14 +115,17 @@ TEST(AppendJsonStringTest, SameBytesAsNlohmannOnRandomBytes) {
   EXPECT_EQ(differing, 0);
 }
 
-TEST(AppendOutputEventTest, SameBytesAsTheEventObject) {
+TEST(OutputEventWriterTest, SameBytesAsTheEventObject) {
+  const OutputEventWriter writer(1764650000123);
   for (const std::string& text : TrickyInputs()) {
     for (bool partial : {false, true}) {
-      for (const char* type : {"stdout", "stderr"}) {
-        json event = {{"type", type}, {"text", text}, {"timestamp", int64_t{1764650000123}}};
+      for (OutputStream stream : {OutputStream::kStdout, OutputStream::kStderr}) {
+        json event = {{"type", stream == OutputStream::kStdout ? "stdout" : "stderr"},
+                      {"text", text},
+                      {"timestamp", int64_t{1764650000123}}};
         if (partial) event["partial"] = true;
         std::string out = "kept";
-        AppendOutputEvent(type, text, partial, 1764650000123, &out);
+        writer.Append(stream, text, partial, &out);
         EXPECT_EQ(out, "kept" + SseEvent(event)) << "input: " << absl::CHexEscape(text);
       }
     }
