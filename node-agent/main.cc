@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "node-agent/api/execd_api.h"
 #include "node-agent/api/http_api.h"
 #include "node-agent/backend/fake_backend.h"
@@ -93,6 +94,11 @@ absl::StatusOr<std::unique_ptr<ControllerLink>> MakeControllerLink(const AgentCo
 }
 
 int Run(int argc, char** argv) {
+  // Debian's abseil has absl::Mutex's deadlock detection on (a debugging aid, off in upstream's
+  // NDEBUG builds): every lock records its order in one global graph under a global lock. In the
+  // 2-client /bin/true loop that was ~8% of the agent's CPU (docs/performance.md). Off before
+  // any mutex is used; the tests, which do not run this, keep it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   // Block the stop signals in every thread (threads made later, the HTTP pool's and
   // the backend's, inherit this mask), so that only the
   // sigtimedwait below receives them.
