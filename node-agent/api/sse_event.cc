@@ -18,28 +18,16 @@ constexpr std::array<bool, 256> kNeedsCare = [] {
 }();
 
 void AppendEscapedControl(unsigned char c, std::string* out) {
-  switch (c) {
-    case '\b':
-      out->append("\\b");
-      return;
-    case '\t':
-      out->append("\\t");
-      return;
-    case '\n':
-      out->append("\\n");
-      return;
-    case '\f':
-      out->append("\\f");
-      return;
-    case '\r':
-      out->append("\\r");
-      return;
-    default: {
-      constexpr char kHex[] = "0123456789abcdef";  // nlohmann's "\\u%04x": lower case.
-      const char escape[] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 0xF]};
-      out->append(escape, sizeof(escape));
-    }
+  // 0x08..0x0D have short escapes (\b \t \n \f \r), except 0x0B (\v), which JSON lacks.
+  constexpr char kShort[] = "btn_fr";
+  if (c >= 0x08 && c <= 0x0D && c != 0x0B) {
+    const char escape[] = {'\\', kShort[c - 0x08]};
+    out->append(escape, sizeof(escape));
+    return;
   }
+  constexpr char kHex[] = "0123456789abcdef";  // nlohmann's "\\u%04x": lower case.
+  const char escape[] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 0xF]};
+  out->append(escape, sizeof(escape));
 }
 
 // How long a well-formed UTF-8 sequence that starts with `lead` is, and the range its second
