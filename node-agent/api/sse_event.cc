@@ -3,6 +3,7 @@
 #include <array>
 
 #include "absl/strings/str_cat.h"
+#include "sandbox/output/utf8_lead.h"
 
 namespace moat::agent {
 namespace {
@@ -30,25 +31,6 @@ void AppendEscapedControl(unsigned char c, std::string* out) {
   out->append(escape, sizeof(escape));
 }
 
-// How long a well-formed UTF-8 sequence that starts with `lead` is, and the range its second
-// byte must be in (Unicode's table 3-7: no overlong forms, no surrogates, nothing past
-// U+10FFFF); 0 for a byte that cannot start one. Later bytes are 80..BF.
-struct Lead {
-  int length;
-  unsigned char low;
-  unsigned char high;
-};
-Lead LeadOf(unsigned char lead) {
-  if (lead >= 0xC2 && lead <= 0xDF) return {2, 0x80, 0xBF};
-  if (lead == 0xE0) return {3, 0xA0, 0xBF};
-  if (lead == 0xED) return {3, 0x80, 0x9F};
-  if (lead >= 0xE1 && lead <= 0xEF) return {3, 0x80, 0xBF};
-  if (lead == 0xF0) return {4, 0x90, 0xBF};
-  if (lead >= 0xF1 && lead <= 0xF3) return {4, 0x80, 0xBF};
-  if (lead == 0xF4) return {4, 0x80, 0x8F};
-  return {0, 0, 0};
-}
-
 }  // namespace
 
 void AppendJsonString(absl::string_view text, std::string* out) {
@@ -73,8 +55,8 @@ void AppendJsonString(absl::string_view text, std::string* out) {
       ++i;
       continue;
     }
-    const Lead lead = LeadOf(c);
-    if (lead.length == 0) {
+    const sandbox::Utf8Lead lead = sandbox::ClassifyUtf8Lead(c);
+    if (lead.len == 0) {
       // Rejected at its first byte: nlohmann drops that byte for one U+FFFD.
       out->append(kReplacement);
       ++i;
@@ -82,7 +64,7 @@ void AppendJsonString(absl::string_view text, std::string* out) {
     }
     size_t j = i + 1;
     bool whole = true;
-    for (int k = 1; k < lead.length; ++k, ++j) {
+    for (int k = 1; k < lead.len; ++k, ++j) {
       if (j == n) {
         // Cut short by the end of the string: one U+FFFD for what was begun.
         out->append(kReplacement);
@@ -90,8 +72,8 @@ void AppendJsonString(absl::string_view text, std::string* out) {
         return;
       }
       const auto next = static_cast<unsigned char>(text[j]);
-      const unsigned char low = k == 1 ? lead.low : 0x80;
-      const unsigned char high = k == 1 ? lead.high : 0xBF;
+      const unsigned char low = k == 1 ? lead.lo : 0x80;
+      const unsigned char high = k == 1 ? lead.hi : 0xBF;
       if (next < low || next > high) {
         whole = false;
         break;

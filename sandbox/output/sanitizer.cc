@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sandbox/output/secret_scanner.h"
+#include "sandbox/output/utf8_lead.h"
 
 namespace moat::sandbox {
 namespace {
@@ -41,29 +42,6 @@ constexpr std::array<uint8_t, 256> kPrintableAsciiCount = [] {
   t['\t'] = t['\n'] = t['\r'] = 1;
   return t;
 }();
-
-// What a UTF-8 lead byte announces (Unicode 15, table 3-7): the sequence length (0 when the byte
-// cannot start a sequence), the allowed range of the second byte, which excludes overlong forms,
-// surrogates and code points above U+10FFFF, and the payload bits of the lead byte.
-struct Lead {
-  uint8_t len = 0;
-  unsigned char lo = 0x80;
-  unsigned char hi = 0xBF;
-  uint32_t bits = 0;
-};
-
-inline Lead ClassifyLead(unsigned char b) {
-  if (b < 0x80) return {1, 0, 0, b};
-  if (b < 0xC2) return {};  // a continuation byte, or C0/C1 (always overlong)
-  if (b < 0xE0) return {2, 0x80, 0xBF, b & 0x1Fu};
-  if (b == 0xE0) return {3, 0xA0, 0xBF, 0};
-  if (b == 0xED) return {3, 0x80, 0x9F, 0x0D};  // ED A0..BF would be a surrogate
-  if (b < 0xF0) return {3, 0x80, 0xBF, b & 0x0Fu};
-  if (b == 0xF0) return {4, 0x90, 0xBF, 0};
-  if (b < 0xF4) return {4, 0x80, 0xBF, b & 0x07u};
-  if (b == 0xF4) return {4, 0x80, 0x8F, 4};
-  return {};
-}
 
 inline bool InRange(uint32_t cp, uint32_t lo, uint32_t hi) { return cp >= lo && cp <= hi; }
 
@@ -105,7 +83,7 @@ double PrintableRatio(absl::string_view raw) {
   while (i < n) {
     while (i < n && p[i] < 0x80) printable += kPrintableAsciiCount[p[i++]];
     if (i == n) break;
-    const Lead lead = ClassifyLead(p[i]);
+    const Utf8Lead lead = ClassifyUtf8Lead(p[i]);
     bool ok = lead.len > 0 && i + lead.len <= n && p[i + 1] >= lead.lo && p[i + 1] <= lead.hi;
     for (size_t k = 2; ok && k < lead.len; ++k) ok = (p[i + k] & 0xC0) == 0x80;
     if (!ok) {  // one byte of ill-formed UTF-8: not printable; look at the next byte afresh
@@ -213,7 +191,7 @@ void TerminalFilter::FilterTo(absl::string_view chunk, std::string* out) {
       ++p;
       continue;
     }
-    const Lead lead = ClassifyLead(b);
+    const Utf8Lead lead = ClassifyUtf8Lead(b);
     if (lead.len == 0) {
       StepInvalid(b, 1, out);
       ++p;
