@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/join_auth.h"
+#include "util/testing/sockets.h"
 #include "util/testing/temp_dir.h"
 #include "util/testing/test_ca.h"
 
@@ -56,6 +57,10 @@ class FakeController {
     server.Post(R"(/internal/v1/nodes/([^/]+)/heartbeat)",
                 [this](const httplib::Request& req, httplib::Response& res) {
                   absl::MutexLock lock(&mu_);
+                  // The link's connection is open while it waits for this answer.
+                  for (int fd : moat::testing::ConnectionsTo(port_)) {
+                    link_sends_at_once_.push_back(moat::testing::SendsAtOnce(fd));
+                  }
                   heartbeats_.push_back(json::parse(req.body));
                   sessions_.push_back(req.get_header_value("Authorization"));
                   if (refuse_next_) {
@@ -94,6 +99,11 @@ class FakeController {
     absl::MutexLock lock(&mu_);
     return sessions_;
   }
+  // For each client connection seen during a heartbeat: whether it had TCP_NODELAY.
+  std::vector<bool> link_sends_at_once() {
+    absl::MutexLock lock(&mu_);
+    return link_sends_at_once_;
+  }
 
  private:
   std::string token_;
@@ -107,6 +117,7 @@ class FakeController {
   std::vector<json> heartbeats_ ABSL_GUARDED_BY(mu_);
   std::vector<json> join_bodies_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> sessions_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> link_sends_at_once_ ABSL_GUARDED_BY(mu_);
 };
 
 NodeFacts Facts() {
@@ -150,6 +161,12 @@ TEST(ControllerLinkTest, JoinsThenHeartbeatsWithTheReport) {
   EXPECT_EQ(report["labels"]["zone"], "a");
   EXPECT_EQ(report["taints"][0]["key"], "dedicated");
   EXPECT_EQ(controller.sessions()[0], "Bearer session-1");
+  // httplib writes a request's head and its body in two segments; with Nagle's algorithm on,
+  // the body waits for the controller's delayed ACK of the head (~40 ms on Linux). So the
+  // link's connections send at once (TCP_NODELAY), as the controller's to etcd and agents do.
+  const std::vector<bool> seen = controller.link_sends_at_once();
+  ASSERT_FALSE(seen.empty()) << "no connection of the link's found in /proc/self/fd";
+  for (bool at_once : seen) EXPECT_TRUE(at_once) << "a heartbeat waits for ACKs (Nagle)";
 }
 
 TEST(ControllerLinkTest, AControllerWithoutTheTokenGetsNoSecret) {

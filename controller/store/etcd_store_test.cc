@@ -3,11 +3,6 @@
 // commit, fencing of a deposed leader, member loss and quorum loss.
 #include "controller/store/etcd_store.h"
 
-#include <dirent.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -17,6 +12,7 @@
 #include "controller/testing/etcd_proxy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "util/testing/sockets.h"
 
 namespace moat::controller {
 namespace {
@@ -230,25 +226,13 @@ TEST_F(EtcdStoreTest, ACommitIsOneRoundTripToEtcd) {
 TEST_F(EtcdStoreTest, TheClientsConnectionsToEtcdSendAtOnce) {
   ASSERT_TRUE(store_->Get("anything").ok());  // The connection stays open, idle, for the next.
   const int port = std::stoi(cluster_.ClientUrl(0).substr(cluster_.ClientUrl(0).rfind(':') + 1));
-  int found = 0;
-  DIR* fds = opendir("/proc/self/fd");
-  ASSERT_NE(fds, nullptr);
-  while (dirent* e = readdir(fds)) {
-    int fd = atoi(e->d_name);
-    sockaddr_in peer{};
-    socklen_t len = sizeof(peer);
-    if (e->d_name[0] == '.' || getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0 ||
-        peer.sin_family != AF_INET || ntohs(peer.sin_port) != port) {
-      continue;
-    }
-    int nodelay = 0;
-    len = sizeof(nodelay);
-    ASSERT_EQ(getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &nodelay, &len), 0);
-    EXPECT_NE(nodelay, 0) << "a connection to etcd waits for acknowledgements (Nagle)";
-    ++found;
+  const std::vector<int> found = moat::testing::ConnectionsTo(port);
+  for (int fd : found) {
+    EXPECT_TRUE(moat::testing::SendsAtOnce(fd))
+        << "a connection to etcd waits for acknowledgements (Nagle)";
   }
-  closedir(fds);
-  EXPECT_GT(found, 0) << "no connection to etcd at port " << port << " found in /proc/self/fd";
+  EXPECT_FALSE(found.empty()) << "no connection to etcd at port " << port
+                              << " found in /proc/self/fd";
 }
 
 TEST_F(EtcdStoreTest, AFollowerWithoutFenceCannotWrite) {
