@@ -9,6 +9,7 @@
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
 #include "util/http/client.h"
+#include "util/http/client_pool.h"
 #include "util/log.h"
 #include "util/shell_command.h"
 
@@ -96,7 +97,10 @@ AgentSandbox SandboxFrom(const json& j) {
 
 class HttpAgentClient final : public AgentClient {
  public:
-  explicit HttpAgentClient(absl::Duration timeout) : timeout_(timeout) {}
+  HttpAgentClient(absl::Duration timeout, http::ClientPool* pool)
+      : timeout_(timeout),
+        own_pool_(pool == nullptr ? std::make_unique<http::ClientPool>() : nullptr),
+        pool_(pool == nullptr ? own_pool_.get() : pool) {}
 
   absl::StatusOr<AgentSandbox> Create(const AgentEndpoint& agent,
                                       const AgentCreate& request) override {
@@ -125,8 +129,10 @@ class HttpAgentClient final : public AgentClient {
     if (!limits.empty()) body["limits"] = limits;
     if (!request.policy.is_null()) body["policy"] = request.policy;
     if (with_entrypoint && !request.entrypoint.empty()) body["entrypoint"] = request.entrypoint;
-    auto client = Client(agent);
-    auto res = client->Post("/v1/sandboxes", Headers(agent), body.dump(), "application/json");
+    const std::string text = body.dump();
+    auto res = Call(agent, [&](httplib::Client& c) {
+      return c.Post("/v1/sandboxes", Headers(agent), text, "application/json");
+    });
     absl::Status status = FromHttp(res, "creating a sandbox");
     if (!status.ok()) return status;
     json out = json::parse(res->body, nullptr, false);
@@ -137,14 +143,14 @@ class HttpAgentClient final : public AgentClient {
   }
 
   absl::Status Delete(const AgentEndpoint& agent, const std::string& agent_id) override {
-    auto client = Client(agent);
-    return FromHttp(client->Delete(absl::StrCat("/v1/sandboxes/", agent_id), Headers(agent)),
+    const std::string path = absl::StrCat("/v1/sandboxes/", agent_id);
+    return FromHttp(Call(agent, [&](httplib::Client& c) { return c.Delete(path, Headers(agent)); }),
                     "deleting a sandbox");
   }
 
   absl::StatusOr<std::vector<AgentSandbox>> List(const AgentEndpoint& agent) override {
-    auto client = Client(agent);
-    auto res = client->Get("/v1/sandboxes", Headers(agent));
+    auto res =
+        Call(agent, [&](httplib::Client& c) { return c.Get("/v1/sandboxes", Headers(agent)); });
     absl::Status status = FromHttp(res, "listing sandboxes");
     if (!status.ok()) return status;
     json out = json::parse(res->body, nullptr, false);
@@ -160,25 +166,22 @@ class HttpAgentClient final : public AgentClient {
 
   absl::Status Renew(const AgentEndpoint& agent, const std::string& agent_id,
                      absl::Duration ttl) override {
-    auto client = Client(agent);
     json body = {{"ttl_seconds", std::max<int64_t>(1, absl::ToInt64Seconds(ttl))}};
-    return FromHttp(client->Post(absl::StrCat("/v1/sandboxes/", agent_id, "/renew"), Headers(agent),
-                                 body.dump(), "application/json"),
+    return FromHttp(PostJson(agent, absl::StrCat("/v1/sandboxes/", agent_id, "/renew"),
+                             Headers(agent), body.dump()),
                     "renewing a sandbox");
   }
 
   absl::Status Pause(const AgentEndpoint& agent, const std::string& agent_id) override {
-    auto client = Client(agent);
-    return FromHttp(client->Post(absl::StrCat("/v1/sandboxes/", agent_id, "/pause"), Headers(agent),
-                                 "", "application/json"),
-                    "pausing a sandbox");
+    return FromHttp(
+        PostJson(agent, absl::StrCat("/v1/sandboxes/", agent_id, "/pause"), Headers(agent), ""),
+        "pausing a sandbox");
   }
 
   absl::Status Resume(const AgentEndpoint& agent, const std::string& agent_id) override {
-    auto client = Client(agent);
-    return FromHttp(client->Post(absl::StrCat("/v1/sandboxes/", agent_id, "/resume"),
-                                 Headers(agent), "", "application/json"),
-                    "resuming a sandbox");
+    return FromHttp(
+        PostJson(agent, absl::StrCat("/v1/sandboxes/", agent_id, "/resume"), Headers(agent), ""),
+        "resuming a sandbox");
   }
 
   absl::StatusOr<AgentCommandResult> RunCommand(const AgentEndpoint& agent,
@@ -186,10 +189,10 @@ class HttpAgentClient final : public AgentClient {
                                                 const std::string& sandbox_token,
                                                 const AgentCommand& command) override {
     const json body = CommandBody(command, /*background=*/false);
-    auto client = Client(agent);
     // Silent commands get a ping every 3 s; the read timeout only has to outlast that, but the
     // command may run up to its own timeout.
-    client->set_read_timeout(std::max<int64_t>(60, absl::ToInt64Seconds(command.timeout) + 30), 0);
+    const absl::Duration read_timeout =
+        absl::Seconds(std::max<int64_t>(60, absl::ToInt64Seconds(command.timeout) + 30));
     const httplib::Headers headers = {{"X-EXECD-ACCESS-TOKEN", sandbox_token}};
     const std::string base = absl::StrCat("/v1/sandboxes/", agent_id, "/execd/command");
     AgentCommandResult result;
@@ -243,23 +246,24 @@ class HttpAgentClient final : public AgentClient {
       }
       return true;
     };
-    httplib::Response res;
-    httplib::Error err = httplib::Error::Success;
-    if (!client->send(req, res, err)) {
-      return absl::UnavailableError(absl::StrCat("running a command: the agent did not answer: ",
-                                                 http::DescribeFailure(err, "nodes.tls.ca")));
+    httplib::Result sent = Call(
+        agent, [&](httplib::Client& c) { return http::SendResult(c, req); }, read_timeout);
+    if (!sent) {
+      return absl::UnavailableError(
+          absl::StrCat("running a command: the agent did not answer: ",
+                       http::DescribeFailure(sent.error(), "nodes.tls.ca")));
     }
     if (status != 200) {
-      res.body = error_body;
-      return FromHttp(httplib::Result(std::make_unique<httplib::Response>(res), err),
-                      "running a command");
+      sent->body = error_body;
+      return FromHttp(sent, "running a command");
     }
     result.wall = absl::Now() - start;
     if (command_id.empty()) {
       return absl::UnavailableError("running a command: the agent's stream had no init event");
     }
+    const std::string status_path = absl::StrCat(base, "/status/", command_id);
     absl::StatusOr<json> s =
-        StatusBody(client->Get(absl::StrCat(base, "/status/", command_id), headers));
+        StatusBody(Call(agent, [&](httplib::Client& c) { return c.Get(status_path, headers); }));
     if (!s.ok()) return s.status();
     AgentCommandState state = StateFrom(*s);
     result.status = state.status;
@@ -298,10 +302,9 @@ class HttpAgentClient final : public AgentClient {
   absl::StatusOr<std::string> StartCommand(const AgentEndpoint& agent, const std::string& agent_id,
                                            const std::string& sandbox_token,
                                            const AgentCommand& command) override {
-    auto client = Client(agent);
-    auto res = client->Post(absl::StrCat("/v1/sandboxes/", agent_id, "/execd/command"),
-                            {{"X-EXECD-ACCESS-TOKEN", sandbox_token}},
-                            CommandBody(command, /*background=*/true).dump(), "application/json");
+    auto res = PostJson(agent, absl::StrCat("/v1/sandboxes/", agent_id, "/execd/command"),
+                        {{"X-EXECD-ACCESS-TOKEN", sandbox_token}},
+                        CommandBody(command, /*background=*/true).dump());
     if (absl::Status st = FromHttp(res, "starting a command"); !st.ok()) return st;
     // A background command's stream is its init event only: {"type": "init", "text": id}.
     for (absl::string_view line : absl::StrSplit(res->body, '\n')) {
@@ -319,36 +322,47 @@ class HttpAgentClient final : public AgentClient {
                                                  const std::string& agent_id,
                                                  const std::string& sandbox_token,
                                                  const std::string& command_id) override {
-    auto client = Client(agent);
-    absl::StatusOr<json> s = StatusBody(
-        client->Get(absl::StrCat("/v1/sandboxes/", agent_id, "/execd/command/status/", command_id),
-                    {{"X-EXECD-ACCESS-TOKEN", sandbox_token}}));
+    const std::string path =
+        absl::StrCat("/v1/sandboxes/", agent_id, "/execd/command/status/", command_id);
+    absl::StatusOr<json> s = StatusBody(Call(agent, [&](httplib::Client& c) {
+      return c.Get(path, {{"X-EXECD-ACCESS-TOKEN", sandbox_token}});
+    }));
     if (!s.ok()) return s.status();
     return StateFrom(*s);
   }
 
  private:
-  std::unique_ptr<httplib::Client> Client(const AgentEndpoint& agent) const {
-    auto client = std::make_unique<httplib::Client>(agent.url);
-    http::TrustCa(*client, agent.ca_file);
-    int64_t seconds = absl::ToInt64Seconds(timeout_);
-    client->set_connection_timeout(5, 0);
-    client->set_read_timeout(seconds, 0);
-    client->set_write_timeout(seconds, 0);
-    client->set_tcp_nodelay(true);
-    return client;
+  // `call` on a kept-alive connection to the agent (the pool's), with this client's timeouts
+  // (the read timeout `read_timeout`, if given).
+  httplib::Result Call(const AgentEndpoint& agent,
+                       const std::function<httplib::Result(httplib::Client&)>& call,
+                       std::optional<absl::Duration> read_timeout = std::nullopt) {
+    return pool_->Call({agent.url, agent.ca_file}, [&](httplib::Client& c) {
+      int64_t seconds = absl::ToInt64Seconds(timeout_);
+      c.set_connection_timeout(5, 0);
+      c.set_read_timeout(read_timeout ? absl::ToInt64Seconds(*read_timeout) : seconds, 0);
+      c.set_write_timeout(seconds, 0);
+      return call(c);
+    });
+  }
+  httplib::Result PostJson(const AgentEndpoint& agent, const std::string& path,
+                           const httplib::Headers& headers, const std::string& body) {
+    return Call(
+        agent, [&](httplib::Client& c) { return c.Post(path, headers, body, "application/json"); });
   }
   static httplib::Headers Headers(const AgentEndpoint& agent) {
     return {{"Authorization", absl::StrCat("Bearer ", agent.token)}};
   }
 
   absl::Duration timeout_;
+  std::unique_ptr<http::ClientPool> own_pool_;  // When none was given.
+  http::ClientPool* pool_;
 };
 
 }  // namespace
 
-std::unique_ptr<AgentClient> NewHttpAgentClient(absl::Duration timeout) {
-  return std::make_unique<HttpAgentClient>(timeout);
+std::unique_ptr<AgentClient> NewHttpAgentClient(absl::Duration timeout, http::ClientPool* pool) {
+  return std::make_unique<HttpAgentClient>(timeout, pool);
 }
 
 }  // namespace moat::controller

@@ -15,6 +15,10 @@
 #include "controller/nodes.h"
 #include "nlohmann/json.hpp"
 
+namespace moat::http {
+class ClientPool;
+}
+
 namespace moat::controller {
 
 struct AgentCreate {
@@ -129,7 +133,10 @@ class AgentClient {
                                                          const std::string& command_id) = 0;
 };
 
-// Over HTTP(S) with the agent's node token. Each call has `timeout`.
-std::unique_ptr<AgentClient> NewHttpAgentClient(absl::Duration timeout = absl::Seconds(60));
+// Over HTTP(S) with the agent's node token. Each call has `timeout`. Calls reuse kept-alive
+// connections to each agent from `pool` (shared with the proxy, so a command after a create
+// finds its connection open); null: a pool of the client's own.
+std::unique_ptr<AgentClient> NewHttpAgentClient(absl::Duration timeout = absl::Seconds(60),
+                                                http::ClientPool* pool = nullptr);
 
 }  // namespace moat::controller

@@ -455,7 +455,8 @@ void HttpApi::LifecycleRoutes() {
         req.matches[3].str() == "/command" && !options_.precheck->Admit(*sb, req, res)) {
       return;
     }
-    ProxyToSandbox(req, res, *sb, *agent, port, req.matches[3].str(), metrics_);
+    ProxyToSandbox(req, res, *sb, *agent, port, req.matches[3].str(), metrics_,
+                   options_.agent_connections);
   };
   const std::string proxy_route = Both("/sandboxes/([^/]+)/proxy/([0-9]{1,5})(/.*)?");
   s.Get(proxy_route, proxy);

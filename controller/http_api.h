@@ -24,6 +24,7 @@
 #include "controller/tenant_metrics.h"
 #include "controller/tenants/run_limits.h"
 #include "controller/tenants/tenants.h"
+#include "util/http/client_pool.h"
 #include "util/http/server.h"
 
 namespace httplib {
@@ -47,6 +48,9 @@ struct HttpApiOptions {
   PrecheckGate* precheck = nullptr;          // Scans execd commands through the proxy; null: none.
   // POST /v1/run's language profiles and declared durations (issue 13); null: only `timeout`.
   RunLimiter* run_limits = nullptr;
+  // The proxy's kept-alive connections to the agents (main shares them with its agent client);
+  // null: a connection per proxied request.
+  http::ClientPool* agent_connections = nullptr;
 };
 
 class HttpApi {

@@ -28,6 +28,7 @@
 #include "controller/store/etcd_store.h"
 #include "controller/store/memory_store.h"
 #include "controller/store/sqlite_store.h"
+#include "util/http/client_pool.h"
 #include "util/log.h"
 #include "util/token.h"
 
@@ -170,7 +171,11 @@ int Run(int argc, char** argv) {
                                            .overcommit = config->overcommit,
                                            .agent_ca_file = config->nodes_ca_file});
   scheduler::Scheduler scheduler(scheduler::SchedulerOptions{.best_of_k = config->best_of_k});
-  std::unique_ptr<AgentClient> agents = NewHttpAgentClient(config->create_timeout);
+  // Kept-alive connections to the agents, for the agent client's calls and the proxy's alike:
+  // a create and the first command through the proxy share one connection.
+  http::ClientPool agent_connections;
+  std::unique_ptr<AgentClient> agents =
+      NewHttpAgentClient(config->create_timeout, &agent_connections);
   MeteredStore metered_store(store.get(), &metrics);  // moat_controller_store_request_duration
   SandboxManager sandboxes(
       &metered_store, &nodes, agents.get(), &scheduler, &metrics, &clock,
@@ -253,6 +258,7 @@ int Run(int argc, char** argv) {
   // POST /v1/run's language profiles and declared durations (config `languages:`).
   RunLimiter run_limits(config->languages, config->max_declared_duration, &metered_store, &clock);
   api_options.run_limits = &run_limits;
+  api_options.agent_connections = &agent_connections;
   absl::StatusOr<std::unique_ptr<HttpApi>> api =
       HttpApi::Create(std::move(api_options), &nodes, &sandboxes, &metrics, &clock);
   if (!api.ok()) {

@@ -54,7 +54,7 @@ std::string MultipartBody(const httplib::Request& req, const std::string& bounda
 
 void ProxyToSandbox(const httplib::Request& req, httplib::Response& res, const Sandbox& sandbox,
                     const AgentEndpoint& agent, int port, const std::string& rest,
-                    ControllerMetrics* metrics) {
+                    ControllerMetrics* metrics, http::ClientPool* pool) {
   if (port == kEgressPort) {
     if (req.method == "GET" && (rest == "/policy" || rest.empty())) {
       res.status = 200;
@@ -99,7 +99,8 @@ void ProxyToSandbox(const httplib::Request& req, httplib::Response& res, const S
       {.url = agent.url,
        .ca_file = agent.ca_file,
        .connection_timeout = absl::Seconds(5),
-       .read_timeout = absl::Hours(1)},
+       .read_timeout = absl::Hours(1),
+       .pool = pool},
       std::move(out), [&](httplib::Error error) {
         SendError(res, 502,
                   absl::StrCat("the sandbox's agent did not answer: ",

@@ -16,6 +16,7 @@
 #include "controller/metrics.h"
 #include "controller/nodes.h"
 #include "controller/sandboxes.h"
+#include "util/http/client_pool.h"
 #include "util/http/httplib_fwd.h"
 
 namespace moat::controller {
@@ -23,9 +24,10 @@ namespace moat::controller {
 inline constexpr int kExecdPort = 44772;
 inline constexpr int kEgressPort = 18080;
 
-// Forwards `req` (whose path ends in `rest`, "" or "/command" etc.) to the sandbox's agent.
+// Forwards `req` (whose path ends in `rest`, "" or "/command" etc.) to the sandbox's agent, on
+// a kept-alive connection from `pool` (null: a connection of its own).
 void ProxyToSandbox(const httplib::Request& req, httplib::Response& res, const Sandbox& sandbox,
                     const AgentEndpoint& agent, int port, const std::string& rest,
-                    ControllerMetrics* metrics);
+                    ControllerMetrics* metrics, http::ClientPool* pool = nullptr);
 
 }  // namespace moat::controller

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "util/http/client.h"
+#include "util/http/client_pool.h"
 
 namespace moat::controller {
 
@@ -52,26 +52,26 @@ std::shared_ptr<RelayUpstream> RelayUpstream::Start(
     return up->pipe_.Push(data, n);
   };
   up->thread_ = std::thread([up, options, request = std::move(request)]() mutable {
-    httplib::Client client(options.url);
-    http::TrustCa(client, options.ca_file);
+    // Without a pool of the caller's, a connection for this request alone.
+    http::ClientPool one_shot;
+    http::ClientPool& pool = options.pool != nullptr ? *options.pool : one_shot;
     const int64_t connect_us = absl::ToInt64Microseconds(options.connection_timeout);
     const int64_t read_us = absl::ToInt64Microseconds(options.read_timeout);
-    client.set_connection_timeout(connect_us / 1'000'000, connect_us % 1'000'000);
-    client.set_read_timeout(read_us / 1'000'000, read_us % 1'000'000);
-    client.set_tcp_nodelay(true);
-    httplib::Response response;
-    httplib::Error error = httplib::Error::Success;
-    const bool ok = client.send(request, response, error);
+    httplib::Result sent = pool.Call({options.url, options.ca_file}, [&](httplib::Client& client) {
+      client.set_connection_timeout(connect_us / 1'000'000, connect_us % 1'000'000);
+      client.set_read_timeout(read_us / 1'000'000, read_us % 1'000'000);
+      return http::SendResult(client, request);
+    });
     if (!up->head_set_) {
       // No head came through the handler: the whole answer as httplib read it, or the failure
       // (status 0; error_ says why).
       httplib::Response whole;
-      whole.status = ok ? response.status : 0;
-      if (ok) {
-        whole.headers = response.headers;
-        whole.body = response.body;
+      whole.status = sent ? sent->status : 0;
+      if (sent) {
+        whole.headers = sent->headers;
+        whole.body = sent->body;
       } else {
-        up->error_ = error;
+        up->error_ = sent.error();
       }
       up->head_promise_.set_value(std::move(whole));
       up->head_set_ = true;

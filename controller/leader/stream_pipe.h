@@ -21,6 +21,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "util/http/client_pool.h"
 
 namespace moat::controller {
 
@@ -54,6 +55,9 @@ struct UpstreamOptions {
   std::string ca_file;  // To verify an https upstream (http::TrustCa); empty: the system's CAs.
   absl::Duration connection_timeout = absl::Seconds(2);
   absl::Duration read_timeout = absl::Seconds(90);  // Between two reads, not the whole answer.
+  // Kept-alive connections to reuse (the proxy's to the agents); null: one connection per
+  // request.
+  http::ClientPool* pool = nullptr;
 };
 
 class RelayUpstream {

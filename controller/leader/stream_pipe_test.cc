@@ -8,8 +8,10 @@
 #include <atomic>
 #include <chrono>
 #include <optional>
+#include <set>
 #include <thread>
 
+#include "absl/synchronization/mutex.h"
 #include "controller/testing/etcd_cluster.h"
 #include "controller/testing/loopback_server.h"
 #include "gtest/gtest.h"
@@ -124,6 +126,30 @@ TEST(RelayUpstreamTest, AStreamReachesTheClientChunkByChunk) {
   EXPECT_TRUE(saw_one_before_release) << "the first event waited for the second";
   EXPECT_EQ(received, "data: one\n\ndata: two\n\n");
   EXPECT_EQ(relayed.load(), received.size());
+}
+
+// The proxy's requests to an agent share its kept connections (util/http/client_pool.h): five
+// answers, one TCP connection.
+TEST(RelayUpstreamTest, WithAPoolRequestsShareAKeptConnection) {
+  absl::Mutex mu;
+  std::set<int> client_ports;
+  Server upstream([&](httplib::Server& s) {
+    s.set_keep_alive_timeout(1);  // httplib's server waits out an idle connection to stop.
+    s.Get("/sized", [&](const httplib::Request& req, httplib::Response& res) {
+      absl::MutexLock lock(&mu);
+      client_ports.insert(req.remote_port);
+      res.set_content("answer", "text/plain");
+    });
+  });
+  http::ClientPool pool;
+  for (int i = 0; i < 5; ++i) {
+    auto up = RelayUpstream::Start({.url = upstream.url(), .pool = &pool}, Get("/sized"),
+                                   [](httplib::Error) {});
+    ASSERT_NE(up, nullptr);
+    EXPECT_EQ(up->Sized(), "answer");
+  }
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(client_ports.size(), 1u);
 }
 
 }  // namespace

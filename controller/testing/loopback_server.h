@@ -1,5 +1,5 @@
-// An httplib server on 127.0.0.1 for tests, on a port the kernel picks, serving `routes` on a
-// thread of its own until destroyed.
+// An httplib server on 127.0.0.1 for tests, on a port the kernel picks (or `port`: a server
+// restarted where the last one was), serving `routes` on a thread of its own until destroyed.
 #pragma once
 
 #include <httplib.h>
@@ -12,9 +12,10 @@ namespace moat::controller::testing {
 
 class LoopbackServer {
  public:
-  explicit LoopbackServer(const std::function<void(httplib::Server&)>& routes) {
+  explicit LoopbackServer(const std::function<void(httplib::Server&)>& routes, int port = 0) {
     routes(server_);
-    port_ = server_.bind_to_any_port("127.0.0.1");
+    port_ = port == 0 ? server_.bind_to_any_port("127.0.0.1")
+                      : (server_.bind_to_port("127.0.0.1", port) ? port : -1);
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     while (!server_.is_running()) std::this_thread::yield();
   }

@@ -147,6 +147,9 @@ void HttpApi::Routes() {
         server_payload_limit_, options_.execd->options().max_upload_bytes + kUploadFramingBytes);
   }
   s.set_payload_max_length(server_payload_limit_);
+  // The controller keeps its connections to the agent open (util/http/client_pool.h): httplib's
+  // default (5 requests) would close one every fifth call.
+  s.set_keep_alive_max_count(1000);
   http::ConfigureServer(
       s, {.daemon = "agent",
           .api_doc = "api/node-agent.yaml",
