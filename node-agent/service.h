@@ -80,7 +80,7 @@ class SandboxService {
   // stopped before the backend goes away; StopPool destroys the warm sandboxes it holds.
   void StartPool() { pool_.Start(); }
   void StopPool() { pool_.Shutdown(); }
-  WarmPool& pool() { return pool_; }  // For tests: WaitIdle, Stats.
+  WarmPool& pool() { return pool_; }  // For tests (WaitIdle, Stats) and RefillHold.
   // What a sandbox's probe saw (probe_monitor.h), reported as an event, a log line and a
   // metric. A violation (kind "syscall", "mount", ...) leaves the sandbox running: the kernel
   // already refused the act. A compromised sandbox (its probe stopped answering) is killed and

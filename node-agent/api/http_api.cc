@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <optional>
 #include <regex>
 
 #include "absl/strings/match.h"
@@ -195,6 +196,9 @@ void HttpApi::Routes() {
     if (!request->entrypoint.empty() && options_.execd == nullptr) {
       return SendError(res, 501, "this agent serves no execd API, so it starts no entrypoint");
     }
+    // The pool's refill waits for the entrypoint's check and start (WarmPool::RefillHold).
+    std::optional<WarmPool::RefillHold> hold;
+    if (!request->entrypoint.empty()) hold.emplace(&service_->pool());
     absl::StatusOr<SandboxRecord> record = service_->Create(*request);
     if (!record.ok()) return SendStatus(res, record.status());
     nlohmann::json created = SandboxJson(*record, /*with_token=*/true);
@@ -214,6 +218,7 @@ void HttpApi::Routes() {
       }
       created["entrypoint_command"] = *command;
     }
+    hold.reset();
     SendJson(res, 201, created);
   });
   s.Get("/v1/sandboxes", [this](const httplib::Request&, httplib::Response& res) {

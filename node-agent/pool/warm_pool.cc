@@ -148,6 +148,12 @@ std::vector<std::string> WarmPool::Profiles() const {
   return names;
 }
 
+void WarmPool::Hold(int delta) {
+  absl::MutexLock lock(&mu_);
+  holds_ += delta;
+  if (holds_ == 0) ChangedLocked();
+}
+
 void WarmPool::Kick() {
   absl::MutexLock lock(&mu_);
   ChangedLocked();
@@ -191,6 +197,7 @@ std::optional<WarmPool::Job> WarmPool::PickJobLocked() {
   int largest_deficit = 0;
   for (auto& [name, pool] : pools_) {
     if (now < pool.retry_at) continue;
+    if (holds_ > 0 && !pool.ready.empty()) continue;  // After the entrypoints start.
     int deficit = TargetLocked(pool) - static_cast<int>(pool.ready.size()) - pool.creating;
     if (deficit > largest_deficit) {
       largest_deficit = deficit;

@@ -96,6 +96,21 @@ class WarmPool {
   // to `recycle`. Wakes the workers to refill.
   std::optional<std::string> Take(absl::string_view profile);
 
+  // While one is held, the workers start no refill for a profile that still has a ready
+  // sandbox: a create that took one is still starting its entrypoint (two process starts in
+  // it), and a refill beside it (a whole sandbox cloned) takes the node's CPU from them. An
+  // empty profile is refilled regardless. Taken before Take; its end wakes the workers.
+  class [[nodiscard]] RefillHold {
+   public:
+    explicit RefillHold(WarmPool* pool) : pool_(pool) { pool_->Hold(+1); }
+    ~RefillHold() { pool_->Hold(-1); }
+    RefillHold(const RefillHold&) = delete;
+    RefillHold& operator=(const RefillHold&) = delete;
+
+   private:
+    WarmPool* pool_;
+  };
+
   // Forgets `id` if the pool holds it (the agent is recycling it: compromised, or its init
   // ended) and wakes the workers, which replace it at once; true if it was held. The pool does
   // not recycle it: the caller does.
@@ -131,6 +146,7 @@ class WarmPool {
     std::string id;  // kTrim: the sandbox to give up.
   };
 
+  void Hold(int delta) ABSL_LOCKS_EXCLUDED(mu_);
   void WorkerLoop();
   std::optional<Job> PickJobLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int TargetLocked(const ProfilePool& pool) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -148,6 +164,7 @@ class WarmPool {
   std::map<std::string, ProfilePool, std::less<>> pools_ ABSL_GUARDED_BY(mu_);
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int holds_ ABSL_GUARDED_BY(mu_) = 0;  // RefillHolds out.
   // Bumped on every change a worker could act on; a worker sleeps only at a generation where
   // it found nothing to do, so no wake-up is lost.
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;

@@ -130,6 +130,27 @@ TEST_F(WarmPoolTest, TakeIsServedWarmAndTriggersARefill) {
   EXPECT_EQ(pool_->Stats("python").peak_per_minute, 3);  // Every request counted, and no other.
 }
 
+// A create starting its entrypoint holds the refill back while the profile has a sandbox left;
+// the refill starts when the hold ends, and at once for a profile the take emptied.
+TEST_F(WarmPoolTest, ARefillHoldDefersTheRefillWhileAReadySandboxIsLeft) {
+  MakePool({Profile("python", 2, 5)});
+  pool_->Start();
+  ASSERT_TRUE(pool_->WaitIdle(kWait));
+  ASSERT_EQ(backend_.create_calls(), 2);
+  {
+    WarmPool::RefillHold hold(pool_.get());
+    ASSERT_TRUE(pool_->Take("python").has_value());
+    ASSERT_TRUE(pool_->WaitIdle(kWait));
+    EXPECT_EQ(backend_.create_calls(), 2) << "refilled beside the entrypoint's start";
+    ASSERT_TRUE(pool_->Take("python").has_value());  // The last one: refilled regardless.
+    ASSERT_TRUE(pool_->WaitIdle(kWait));
+    EXPECT_EQ(backend_.create_calls(), 3);
+  }
+  ASSERT_TRUE(pool_->WaitIdle(kWait));  // The hold's end woke the workers.
+  EXPECT_EQ(backend_.create_calls(), 4);
+  EXPECT_EQ(pool_->Stats("python").depth, 2);
+}
+
 TEST_F(WarmPoolTest, GrowsWithTheRequestRateAndShrinksWhenItFalls) {
   // Each Create "takes" 2 s as far as the sizing knows, and 1 ms of real time.
   backend_.SetCreateTiming(absl::Seconds(2), absl::Milliseconds(1));
