@@ -1,7 +1,8 @@
 // The controller end to end on loopback, SDK-shaped (docs/performance.md, "Controller"): a
 // create (a warm pool hit) plus the first /bin/true through the controller's proxy, next to the
 // same work straight on the agent, so the controller's own cost shows; a create with an
-// entrypoint on the agent, in one call and in the four the controller made before; creates per
+// entrypoint on the agent, in one call and in the four the controller made before; the
+// controller's agent client on a new connection per call and on kept-alive ones; creates per
 // second through the controller with 2 clients; and the SQLite store's commits per second.
 //
 // Against a running fleet (scripts/fleet.sh --keep prints the values):
@@ -23,8 +24,10 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "bench/latency_stats.h"
+#include "controller/agent_client.h"
 #include "controller/store/sqlite_store.h"
 #include "nlohmann/json.hpp"
+#include "util/http/client_pool.h"
 #include "util/shell_command.h"
 
 namespace {
@@ -212,6 +215,53 @@ int EntrypointOnTheAgent(const Flags& f) {
   return 0;
 }
 
+// The controller's own calls to the agent (its agent client: a create with an entrypoint, then
+// /bin/true through execd, then the delete) in interleaved rounds: on a new TCP connection per
+// call, as before util/http/client_pool.h, and on the pool's kept-alive connection.
+int ConnectionsToTheAgent(const Flags& f) {
+  auto agent = Client(f.agent);
+  const httplib::Headers auth = {{"Authorization", "Bearer " + f.agent_token}};
+  const moat::controller::AgentEndpoint endpoint{f.agent, f.agent_token, ""};
+  moat::http::ClientPool kept, none({.max_idle_per_peer = 0});
+  auto kept_client = moat::controller::NewHttpAgentClient(absl::Seconds(60), &kept);
+  auto fresh_client = moat::controller::NewHttpAgentClient(absl::Seconds(60), &none);
+  moat::controller::AgentCreate create;
+  create.profile = "default";
+  create.ttl = absl::Minutes(10);
+  create.entrypoint = {"tail", "-f", "/dev/null"};
+  moat::controller::AgentCommand true_command;
+  true_command.command = "/bin/true";
+  std::vector<absl::Duration> fresh_create, fresh_total, kept_create, kept_total;
+  for (int i = 0; i < 2 * f.rounds; ++i) {
+    const bool reuse = i % 2 == 1;
+    moat::controller::AgentClient& client = reuse ? *kept_client : *fresh_client;
+    WaitForWarm(*agent, auth);
+    absl::Time t0 = absl::Now();
+    auto created = client.Create(endpoint, create);
+    absl::Time t1 = absl::Now();
+    if (!created.ok()) {
+      std::fprintf(stderr, "agent create failed: %s\n", created.status().ToString().c_str());
+      return 1;
+    }
+    auto ran = client.RunCommand(endpoint, created->id, created->token, true_command);
+    absl::Time t2 = absl::Now();
+    if (!ran.ok() || ran->exit_code != 0) {
+      std::fprintf(stderr, "/bin/true on the agent failed\n");
+      return 1;
+    }
+    (reuse ? kept_create : fresh_create).push_back(t1 - t0);
+    (reuse ? kept_total : fresh_total).push_back(t2 - t0);
+    (void)client.Delete(endpoint, created->id);
+  }
+  std::printf("the controller's agent client on moat-agent (%d interleaved rounds each):\n",
+              f.rounds);
+  Print("  create, a new connection per call", fresh_create);
+  Print("  create, a kept-alive connection", kept_create);
+  Print("  create + /bin/true, a new connection per call", fresh_total);
+  Print("  create + /bin/true, a kept-alive connection", kept_total);
+  return 0;
+}
+
 // Two clients creating (and deleting) as fast as the fleet answers.
 int CreatesPerSecond(const Flags& f) {
   auto probe = Client(f.controller);
@@ -315,6 +365,7 @@ int main(int argc, char** argv) {
   }
   status |= ThroughController(f);
   status |= EntrypointOnTheAgent(f);
+  status |= ConnectionsToTheAgent(f);
   status |= CreatesPerSecond(f);
   return status;
 }

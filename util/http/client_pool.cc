@@ -63,7 +63,8 @@ std::unique_ptr<httplib::Client> ClientPool::Take(const Peer& peer, bool* reused
 }
 
 void ClientPool::Give(const Peer& peer, std::unique_ptr<httplib::Client> client) {
-  std::vector<IdleClient> closing;  // Closed after the lock is released.
+  if (options_.max_idle_per_peer == 0) return;  // Keeps none: closed here.
+  std::vector<IdleClient> closing;              // Closed after the lock is released.
   absl::MutexLock lock(&mu_);
   const absl::Time now = absl::Now();
   std::vector<IdleClient>& idle = idle_[peer];

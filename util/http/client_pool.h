@@ -42,7 +42,7 @@ class ClientPool {
  public:
   struct Options {
     // Idle connections kept per peer; more callers at once get connections of their own, closed
-    // after use.
+    // after use. 0: none kept (a connection per call).
     size_t max_idle_per_peer = 4;
     // An idle connection older than this is closed rather than reused: under cpp-httplib's
     // server keep-alive timeout (5 s), so the peer rarely closes one as it is being written.

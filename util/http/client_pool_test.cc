@@ -83,6 +83,12 @@ TEST(ClientPoolTest, AConnectionIdleLongerThanMaxIdleIsNotReused) {
   absl::SleepFor(absl::Milliseconds(5));
   ASSERT_TRUE(pool.Call(server.peer(), GetX));
   EXPECT_EQ(server.connections(), 2u);
+  // One that keeps none connects for each call.
+  ClientPool none({.max_idle_per_peer = 0});
+  ASSERT_TRUE(none.Call(server.peer(), GetX));
+  ASSERT_TRUE(none.Call(server.peer(), GetX));
+  EXPECT_EQ(server.connections(), 4u);
+  EXPECT_EQ(none.Idle(), 0u);
 }
 
 // A peer no longer called (a node gone) does not keep its idle connection open for ever: a call
