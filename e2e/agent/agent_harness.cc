@@ -273,6 +273,17 @@ std::vector<pid_t> ProcessesWith(const std::string& marker) {
   return found;
 }
 
+std::vector<pid_t> ProcessesWith(const std::string& marker, pid_t agent_pid) {
+  const std::string sandbox_cgroup = absl::StrCat("/", agent_pid, "-sb-");
+  std::vector<pid_t> found;
+  for (pid_t pid : ProcessesWith(marker)) {
+    if (absl::StrContains(ReadFile(absl::StrCat("/proc/", pid, "/cgroup")), sandbox_cgroup)) {
+      found.push_back(pid);
+    }
+  }
+  return found;
+}
+
 int OpenFds(pid_t pid) {
   int n = 0;
   std::error_code ec;

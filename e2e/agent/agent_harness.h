@@ -100,6 +100,9 @@ HostSnapshot SnapshotHost();
 std::vector<std::string> AgentCgroups(pid_t agent_pid);
 // Pids of host processes whose command line contains `marker`.
 std::vector<pid_t> ProcessesWith(const std::string& marker);
+// The same, only those in a sandbox cgroup of the agent `agent_pid` (not another test's agent
+// running beside this one under ctest -j).
+std::vector<pid_t> ProcessesWith(const std::string& marker, pid_t agent_pid);
 // Descriptors the process holds, and its resident memory in KiB.
 int OpenFds(pid_t pid);
 long RssKib(pid_t pid);

@@ -215,12 +215,14 @@ TEST_F(CodeE2eTest, ContextsAreListedAndDeletedWithTheirInterpreters) {
 
 TEST_F(CodeE2eTest, InterpretersEndWithTheContextAndTheSandbox) {
   // The host sees the interpreters (their command line holds the server's script) and a child
-  // their code starts (a marker in its arguments).
+  // their code starts (a marker in its arguments). Only this agent's interpreters are counted:
+  // other tests' agents start and end theirs meanwhile under ctest -j.
   const std::string interpreter = "moat-code-ready";
   const std::string marker = absl::StrCat("moat-code-e2e-", ::getpid(), "-", id_);
-  const size_t before = ProcessesWith(interpreter).size();
+  const auto interpreters = [&] { return ProcessesWith(interpreter, agent_->pid()); };
+  const size_t before = interpreters().size();
   const std::string ctx = NewContext();
-  EXPECT_EQ(ProcessesWith(interpreter).size(), before + 1);
+  EXPECT_EQ(interpreters().size(), before + 1);
   ASSERT_TRUE(RunIn(ctx, absl::StrCat("import subprocess\n"
                                       "p = subprocess.Popen(['sh', '-c', 'sleep 300', '",
                                       marker, "'])\n"))
@@ -228,12 +230,12 @@ TEST_F(CodeE2eTest, InterpretersEndWithTheContextAndTheSandbox) {
   EXPECT_THAT(ProcessesWith(marker), SizeIs(1));
   EXPECT_EQ(Call("DELETE", "/code/contexts/" + ctx).first, 200);
   absl::Time until = absl::Now() + absl::Seconds(10);
-  while ((!ProcessesWith(marker).empty() || ProcessesWith(interpreter).size() > before) &&
+  while ((!ProcessesWith(marker).empty() || interpreters().size() > before) &&
          absl::Now() < until) {
     absl::SleepFor(absl::Milliseconds(100));
   }
   EXPECT_THAT(ProcessesWith(marker), IsEmpty()) << "the deleted context's processes live on";
-  EXPECT_EQ(ProcessesWith(interpreter).size(), before) << "the deleted context's interpreter";
+  EXPECT_EQ(interpreters().size(), before) << "the deleted context's interpreter";
 
   // A context's processes end with their sandbox.
   const std::string other = NewContext();
@@ -242,15 +244,15 @@ TEST_F(CodeE2eTest, InterpretersEndWithTheContextAndTheSandbox) {
                                         marker, "'])\n"))
                   .completed);
   EXPECT_THAT(ProcessesWith(marker), SizeIs(1));
-  EXPECT_EQ(ProcessesWith(interpreter).size(), before + 1);
+  EXPECT_EQ(interpreters().size(), before + 1);
   EXPECT_EQ(agent_->Node("DELETE", "/v1/sandboxes/" + id_).first, 200);
   until = absl::Now() + absl::Seconds(10);
-  while ((!ProcessesWith(marker).empty() || ProcessesWith(interpreter).size() > before) &&
+  while ((!ProcessesWith(marker).empty() || interpreters().size() > before) &&
          absl::Now() < until) {
     absl::SleepFor(absl::Milliseconds(100));
   }
   EXPECT_THAT(ProcessesWith(marker), IsEmpty()) << "the sandbox's code lives on";
-  EXPECT_EQ(ProcessesWith(interpreter).size(), before) << "the sandbox's interpreter lives on";
+  EXPECT_EQ(interpreters().size(), before) << "the sandbox's interpreter lives on";
 }
 
 }  // namespace
