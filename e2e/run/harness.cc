@@ -511,6 +511,13 @@ bool HasViolation(const nlohmann::json& result, absl::string_view kind,
 
 // ---- Host processes and cgroups ----
 
+std::string CmdlineOf(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"), std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 std::vector<pid_t> PidsWithMarker(absl::string_view marker) {
   std::vector<pid_t> pids;
   DIR* proc = ::opendir("/proc");
@@ -519,10 +526,8 @@ std::vector<pid_t> PidsWithMarker(absl::string_view marker) {
     char* end = nullptr;
     long pid = std::strtol(e->d_name, &end, 10);
     if (*end != '\0' || pid <= 0 || pid == ::getpid()) continue;
-    std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"), std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    if (absl::StrContains(ss.str(), marker) && ProcessAlive(static_cast<pid_t>(pid))) {
+    if (absl::StrContains(CmdlineOf(static_cast<pid_t>(pid)), marker) &&
+        ProcessAlive(static_cast<pid_t>(pid))) {
       pids.push_back(static_cast<pid_t>(pid));
     }
   }

@@ -171,6 +171,9 @@ bool HasViolation(const nlohmann::json& result, absl::string_view kind,
 // Host pids whose command line contains `marker` in one of its arguments.
 std::vector<pid_t> PidsWithMarker(absl::string_view marker);
 bool ProcessAlive(pid_t pid);  // exists and is not a zombie
+// The process's command line (arguments separated by NUL), or "" once it has exited: a pid
+// found a moment ago may be gone (a shell's short-lived child), which is no test failure.
+std::string CmdlineOf(pid_t pid);
 
 // A `sleep` on the host, killed and reaped on destruction. Its argv carries a unique marker.
 class HostSleeper {

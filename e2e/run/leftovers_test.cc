@@ -40,7 +40,7 @@ std::string DaemonScript(const std::string& digits, absl::string_view tail) {
 std::string Describe(const std::vector<pid_t>& pids) {
   std::string s;
   for (pid_t pid : pids) {
-    absl::StrAppend(&s, pid, ": ", ReadFile(absl::StrCat("/proc/", pid, "/cmdline")), "\n");
+    absl::StrAppend(&s, pid, ": ", CmdlineOf(pid), "\n");
   }
   return s;
 }
@@ -133,7 +133,7 @@ bool DaemonsRunning(const std::string& digits) {
         int found = 0;
         for (int n = 1; n <= 5; ++n) {
           for (pid_t pid : PidsWithMarker(absl::StrCat(digits, n))) {
-            std::string cmdline = ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
+            std::string cmdline = CmdlineOf(pid);
             if (cmdline.rfind("sleep", 0) == 0) {
               ++found;
               break;

@@ -74,7 +74,7 @@ TEST_F(E2eTest, HostSeesSandboxProcessesAsUnprivileged) {
   ASSERT_TRUE(Eventually(
       [&] {
         for (pid_t pid : PidsWithMarker(digits)) {
-          std::string cmdline = ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
+          std::string cmdline = CmdlineOf(pid);
           if (absl::StartsWith(cmdline, std::string("/bin/sleep\0", 11))) sleeper = pid;
         }
         return sleeper > 0;
