@@ -9,6 +9,17 @@ B=${ROOTDIR:?}/build
 OUT=/mnt/host/tests
 MOAT=$B/bin/moat
 uid=$(id -u moatuser)
+# The checkout may sit where an ordinary user cannot reach it (a clone under /root, or in a
+# `mktemp -d` directory: mode 0700). In this disposable guest its directories are opened to
+# others for search only (the checkout is an overlay here and the rest a snapshot: nothing on
+# the host changes), so moatuser can run the build's binaries.
+d=$ROOTDIR
+while [ "$d" != / ]; do
+  chmod o+x "$d" || echo "rootless: cannot open $d to moatuser"
+  d=$(dirname "$d")
+done
+runuser -u moatuser -- test -x "$MOAT" ||
+  echo "rootless: moatuser cannot run $MOAT (a directory of the build without o+x? the umask it was built with)"
 # vmlane.target boots only basic.target: start logind and the user's manager by hand.
 # Under emulation logind can take longer than its start timeout: dbus first, and retry.
 systemctl start dbus.service
