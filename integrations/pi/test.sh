@@ -76,11 +76,16 @@ step() {  # step NAME COMMAND...
   echo "== $name"
   "$@" || failed+=("$name")
 }
-step "runner (stub moat) and glob/image helpers, node $("$node" --version)" "$node" --test test/moat.test.ts test/ops.test.ts
+# The unit tests' temporary directories (os.tmpdir()) go to the lane's own directory, removed
+# once they ran: nothing of theirs is left in /tmp.
+unit_tmp=$lane/tmp && mkdir -p "$unit_tmp"
+step "runner (stub moat) and glob/image helpers, node $("$node" --version)" \
+  env TMPDIR="$unit_tmp" "$node" --test test/moat.test.ts test/ops.test.ts
 for sdk in "$sdk073" "$sdk16"; do
   step "tools in $(basename "$(dirname "$sdk")")/pi-coding-agent $("$node" -p "require('$sdk/package.json').version"), stub moat" \
-    env PI_SDK="$sdk/dist/index.js" "$node" --test test/tools.test.ts
+    env TMPDIR="$unit_tmp" PI_SDK="$sdk/dist/index.js" "$node" --test test/tools.test.ts
 done
+rm -rf "$unit_tmp"
 
 echo "== packing with $moat"
 scripts/pack.sh "$build" "$build/../build-arm64" >/dev/null
