@@ -10,6 +10,7 @@
 #include "absl/strings/strip.h"
 #include "controller/leader/stream_pipe.h"
 #include "nlohmann/json.hpp"
+#include "util/http/client_pool.h"
 
 namespace moat::controller {
 namespace {
@@ -85,10 +86,10 @@ void LeaderForwarder::Forward(const httplib::Request& req, httplib::Response& re
         {.url = url, .ca_file = options_.ca_file, .read_timeout = options_.timeout},
         attempt == 0 ? httplib::Request(out) : httplib::Request(std::move(out)),
         [&](httplib::Error e) { error = e; });
-    // Once more, to the leader etcd names now, only where nothing reached a leader: nobody
-    // listened (the old leader died), or the replica there refused as not leading.
-    const bool not_sent =
-        !up && (error == httplib::Error::Connection || error == httplib::Error::ConnectionTimeout);
+    // Once more, to the leader etcd names now, only where nothing reached a leader: the request
+    // never got there (nobody listened: the old leader died), or the replica there refused as
+    // not leading.
+    const bool not_sent = !up && http::NeverReachedPeer(error);
     const bool not_leader =
         up && up->head().status == 503 && up->head().has_header(kNotLeaderHeader);
     if (attempt == 0 && (not_sent || not_leader)) {

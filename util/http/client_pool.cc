@@ -10,8 +10,8 @@
 namespace moat::http {
 
 bool NeverReachedPeer(httplib::Error error) {
-  return error == httplib::Error::Connection || error == httplib::Error::SSLConnection ||
-         error == httplib::Error::Write;
+  return error == httplib::Error::Connection || error == httplib::Error::ConnectionTimeout ||
+         error == httplib::Error::SSLConnection || error == httplib::Error::Write;
 }
 
 namespace {

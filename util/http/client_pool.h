@@ -35,8 +35,9 @@ struct Peer {
   }
 };
 
-// Whether a call that failed with `error` cannot have reached the peer: it never connected, or
-// the request could not be written out (the peer reads a request whole before it acts on it).
+// Whether a call that failed with `error` cannot have reached the peer: it never connected (or
+// timed out connecting), or the request could not be written out (the peer reads a request
+// whole before it acts on it). The pool's retry and the leader forwarder's both go by it.
 bool NeverReachedPeer(httplib::Error error);
 
 class ClientPool {
