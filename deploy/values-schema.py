@@ -167,6 +167,8 @@ SCHEMA = {
                                    "maxUnavailable": {"type": ["integer", "string"],
                                                 "description": "Nodes whose agent is replaced at once"}}, "Rollout"),
             "terminationGracePeriodSeconds": i("Time to stop", minimum=1),
+            "hostPID": b("Share the host's pid namespace, so that sandboxes outlive the agent's pod"),
+            "restartGrace": dict(DURATION, description="How long sandboxes wait for the next agent (0s: never)"),
             "resources": resources("The agent's resources"),
             "podAnnotations": free("Pod annotations"), "podLabels": free("Pod labels"),
         }, "moat-agent DaemonSet", ["image", "profiles"]),

@@ -93,6 +93,7 @@ class LiveSandbox {
   bool Alive() const;  // init has not exited
   // The seccomp listener, for whoever answers the filter's notifications (a probe); once.
   UniqueFd TakeSeccompListener() { return std::move(seccomp_listener_); }
+  bool holds_seccomp_listener() const { return static_cast<bool>(seccomp_listener_); }
   Arch seccomp_arch() const { return arch_; }
   Cgroup& cgroup() { return *cgroup_; }
   // DefaultSandboxEnv() with the egress proxy's variables: what a command's env starts from.

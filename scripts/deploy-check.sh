@@ -94,6 +94,26 @@ expect_fail "which agent.policies does not define" --set 'agent.profiles[0].name
   --set 'agent.profiles[0].policy=missing'
 expect_fail "Additional property replica is not allowed" --set controller.replica=2
 expect_fail 'controller.store must be one of the following: "sqlite", "etcd"' --set controller.store=postgres
+expect_fail "agent.hostPID: Invalid type" --set-string agent.hostPID=yes
+expect_fail "agent.restartGrace: Does not match pattern" --set agent.restartGrace=1min
+
+step "sandboxes outlive an agent rollout: the host's pid namespace and a restart grace"
+# expect_render NAME PATTERN [helm flags]: the rendered agent objects hold PATTERN.
+expect_render() {
+  local what="$1" want="$2"; shift 2
+  if "$helm" template moat charts/moat "$@" --show-only templates/agent-daemonset.yaml \
+       --show-only templates/agent-configmap.yaml 2>&1 | grep -qE -- "$want"; then
+    echo "ok   $what"
+  else
+    bad "$what: no \"$want\" in the rendered agent with $*"
+  fi
+}
+expect_render "by default: hostPID and a 60s grace" '^      hostPID: true$'
+expect_render "by default: restart_grace 60s" '^    restart_grace: 60s$'
+expect_render "agent.restartGrace=2m" '^    restart_grace: 2m$' --set agent.restartGrace=2m
+expect_render "hostPID=false: no grace (the sandboxes die with the pod)" '^    restart_grace: 0s$' \
+  --set agent.hostPID=false
+expect_render "hostPID=false" '^      hostPID: false$' --set agent.hostPID=false
 
 step "every rendered object against the Kubernetes and prometheus-operator schemas"
 node deploy/validate-k8s.mjs "$tools" "$tmp"/render-*.yaml > "$tmp/validate.txt" \

@@ -91,10 +91,14 @@ class AdoptionE2eTest : public ::testing::Test {
     return status;
   }
 
-  // Restart with a command across it: `kill_signal` ends the first agent.
-  void CommandCarriesOverARestart(int kill_signal) {
-    const std::string marker = absl::StrCat("adopt", ::getpid(), "x", kill_signal);
-    const AgentSetup setup{.restart_grace = "30s"};
+  // How the first agent ends: SIGTERM (systemctl stop), SIGKILL, or its container stopped (a
+  // DaemonSet rollout: everything in the container's cgroups is killed).
+  enum class End { kStop, kKill, kContainer };
+
+  // Restart with a command across it: `end` ends the first agent.
+  void CommandCarriesOverARestart(End end) {
+    const std::string marker = absl::StrCat("adopt", ::getpid(), "x", static_cast<int>(end));
+    const AgentSetup setup{.restart_grace = "30s", .in_container = end == End::kContainer};
     std::unique_ptr<AgentProcess> agent = StartAgent(setup);
     ASSERT_NE(agent, nullptr);
     auto sandbox = agent->CreateSandbox();
@@ -106,14 +110,23 @@ class AdoptionE2eTest : public ::testing::Test {
     absl::SleepFor(absl::Seconds(1));  // a few lines are read by the first agent
     const std::string state_dir = agent->state_dir();
     agent->KeepDirectory();
-    if (kill_signal == SIGTERM) {
-      agent->Stop();
-    } else {
-      agent->Kill(kill_signal);
+    const std::vector<pid_t> probes = ProbesOf(id);
+    EXPECT_EQ(probes.size(), 1u);
+    switch (end) {
+      case End::kStop:
+        agent->Stop();
+        break;
+      case End::kKill:
+        agent->Kill(SIGKILL);
+        break;
+      case End::kContainer:
+        agent->KillContainer();
+        break;
     }
-    // The command goes on without an agent.
+    // The command goes on without an agent, and the probe that holds its seccomp listener.
     absl::SleepFor(absl::Milliseconds(500));
     EXPECT_FALSE(ProcessesWith(marker).empty()) << "the sandbox ended with its agent";
+    EXPECT_EQ(ProbesOf(id), probes) << "the probe ended with its agent";
 
     std::unique_ptr<AgentProcess> restarted = StartAgent(setup, state_dir);
     ASSERT_NE(restarted, nullptr);
@@ -143,9 +156,57 @@ class AdoptionE2eTest : public ::testing::Test {
   }
 };
 
-TEST_F(AdoptionE2eTest, CommandRunsAcrossStopAndStart) { CommandCarriesOverARestart(SIGTERM); }
+TEST_F(AdoptionE2eTest, CommandRunsAcrossStopAndStart) { CommandCarriesOverARestart(End::kStop); }
 
-TEST_F(AdoptionE2eTest, CommandRunsAcrossKillAndStart) { CommandCarriesOverARestart(SIGKILL); }
+TEST_F(AdoptionE2eTest, CommandRunsAcrossKillAndStart) { CommandCarriesOverARestart(End::kKill); }
+
+// A DaemonSet rollout: the runtime kills every process in the old agent's container cgroups (in
+// every hierarchy, as runc's kill --all does with the one it reads); the sandbox and its probe
+// had left them, and the next agent, in a new container, serves the command on.
+TEST_F(AdoptionE2eTest, ASandboxOutlivesItsAgentsContainer) {
+  CommandCarriesOverARestart(End::kContainer);
+}
+
+// The probe held the sandbox's seccomp listener; without it the sandbox's watched calls fail
+// unreported. A sandbox whose probe is gone when the next agent starts is therefore not served
+// again: it is ended and cleaned as a crashed agent's.
+TEST_F(AdoptionE2eTest, ASandboxWhoseProbeIsGoneIsEndedNotServed) {
+  const std::string marker = absl::StrCat("6", ::getpid(), "17");
+  const AgentSetup setup{.restart_grace = "30s"};
+  std::unique_ptr<AgentProcess> agent = StartAgent(setup);
+  ASSERT_NE(agent, nullptr);
+  auto sandbox = agent->CreateSandbox();
+  ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+  const auto& [id, token] = *sandbox;
+  CommandRun bg = agent->Run(id, token, absl::StrCat("sleep 1000.", marker), nullptr,
+                             R"({"background": true})");
+  EXPECT_EQ(bg.http_status, 200);
+  for (int i = 0; i < Rounds(100) && ProcessesWith(marker).empty(); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_FALSE(ProcessesWith(marker).empty());
+  const std::vector<pid_t> probes = ProbesOf(id);
+  ASSERT_EQ(probes.size(), 1u);
+  const std::string state_dir = agent->state_dir();
+  agent->KeepDirectory();
+  agent->Kill(SIGKILL);
+  ASSERT_EQ(::kill(probes[0], SIGKILL), 0);
+  for (int i = 0; i < Rounds(100) && !ProbesOf(id).empty(); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_FALSE(ProcessesWith(marker).empty()) << "the sandbox did not wait for the grace";
+
+  std::unique_ptr<AgentProcess> restarted = StartAgent(setup, state_dir);
+  ASSERT_NE(restarted, nullptr);
+  EXPECT_THAT(restarted->Log(),
+              HasSubstr(absl::StrCat("sandbox ", id, " not re-adopted: its probe is gone")));
+  EXPECT_EQ(restarted->Node("GET", "/v1/sandboxes/" + id).first, 404);
+  EXPECT_THAT(ProcessesWith(marker), IsEmpty());
+  EXPECT_THAT(CgroupsOf(id), IsEmpty());
+  EXPECT_TRUE(std::filesystem::is_empty(state_dir + "/sandboxes"));
+  restarted.reset();
+  std::filesystem::remove_all(std::filesystem::path(state_dir).parent_path());
+}
 
 // A command's timeout counts across the restart: the new agent ends it when it is due (at once
 // if it fell due while no agent ran), as the first would have.

@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -19,6 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "sandbox/cgroup/cgroup.h"
 
 extern char** environ;
 
@@ -48,6 +51,44 @@ std::string RandomHex(int bytes) {
     out += absl::StrCat(absl::Hex(c, absl::kZeroPad2));
   }
   return out;
+}
+
+// A cgroup in every hierarchy for a stand-in container, named after this test process; a
+// cpuset one gets the root's cpus and mems (without which no task may join).
+absl::StatusOr<std::vector<std::string>> MakeContainerCgroups() {
+  absl::StatusOr<sandbox::CgroupLayout> layout = sandbox::DetectCgroupLayout();
+  if (!layout.ok()) return layout.status();
+  std::vector<std::string> hierarchies(layout->v1_hierarchies.begin(),
+                                       layout->v1_hierarchies.end());
+  if (!layout->v2_mount.empty()) hierarchies.push_back(layout->v2_mount);
+  static int next = 0;
+  std::vector<std::string> dirs;
+  for (const std::string& hierarchy : hierarchies) {
+    const std::string dir = absl::StrCat(hierarchy, "/moat-e2e-container-", ::getpid(), "-", next);
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+      return absl::InternalError(absl::StrCat("mkdir ", dir, ": ", std::strerror(errno)));
+    }
+    dirs.push_back(dir);
+    for (const char* file : {"cpuset.cpus", "cpuset.mems"}) {
+      const std::string path = absl::StrCat(dir, "/", file);
+      if (::access(path.c_str(), F_OK) == 0) {
+        WriteFile(path, ReadFile(absl::StrCat(hierarchy, "/", file)), 0644);
+      }
+    }
+  }
+  ++next;
+  return dirs;
+}
+
+// Pids listed in a cgroup's cgroup.procs.
+std::vector<pid_t> ListedIn(const std::string& dir) {
+  std::vector<pid_t> pids;
+  for (absl::string_view line :
+       absl::StrSplit(ReadFile(dir + "/cgroup.procs"), '\n', absl::SkipEmpty())) {
+    pid_t pid = 0;
+    if (absl::SimpleAtoi(line, &pid) && pid > 0) pids.push_back(pid);
+  }
+  return pids;
 }
 
 }  // namespace
@@ -83,18 +124,47 @@ absl::StatusOr<std::unique_ptr<AgentProcess>> AgentProcess::Start(const AgentSet
   if (!WriteFile(config_path, config, 0600)) return absl::InternalError("cannot write config");
   agent->log_path_ = agent->dir_ + "/agent.log";
 
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 2, agent->log_path_.c_str(),
-                                   O_WRONLY | O_CREAT | O_APPEND, 0600);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
   std::vector<std::string> args = {AgentBinary(), "--config", config_path};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  int error = ::posix_spawn(&agent->pid_, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (error != 0) return absl::InternalError(absl::StrCat("cannot start ", AgentBinary()));
+  if (setup.in_container) {
+    absl::StatusOr<std::vector<std::string>> dirs = MakeContainerCgroups();
+    if (!dirs.ok()) return dirs.status();
+    agent->container_ = *std::move(dirs);
+    // The child joins the container's cgroups, then becomes the agent: only async-signal-safe
+    // calls after fork (the paths are made before).
+    std::vector<std::string> procs;
+    for (const std::string& dir : agent->container_) procs.push_back(dir + "/cgroup.procs");
+    const int log =
+        ::open(agent->log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (log < 0 || null < 0) return absl::InternalError("cannot open the agent's log");
+    agent->pid_ = ::fork();
+    if (agent->pid_ == 0) {
+      for (const std::string& path : procs) {
+        const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || ::write(fd, "0", 1) != 1) ::_exit(126);
+        ::close(fd);
+      }
+      ::dup2(log, 2);
+      ::dup2(null, 1);
+      ::execve(argv[0], argv.data(), environ);
+      ::_exit(127);
+    }
+    ::close(log);
+    ::close(null);
+    if (agent->pid_ < 0) return absl::InternalError("fork failed");
+  } else {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 2, agent->log_path_.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0600);
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    int error = ::posix_spawn(&agent->pid_, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (error != 0) return absl::InternalError(absl::StrCat("cannot start ", AgentBinary()));
+  }
 
   const std::regex listening(R"(listening on 127\.0\.0\.1:(\d+))");
   for (int i = 0; i < Rounds(300); ++i) {
@@ -116,7 +186,35 @@ absl::StatusOr<std::unique_ptr<AgentProcess>> AgentProcess::Start(const AgentSet
 
 AgentProcess::~AgentProcess() {
   if (pid_ > 0) Stop();
+  RemoveContainer();
   if (!keep_dir_ && !dir_.empty()) std::filesystem::remove_all(dir_);
+}
+
+void AgentProcess::KillContainer() {
+  for (absl::Time give_up = absl::Now() + absl::Seconds(10); absl::Now() < give_up;) {
+    bool listed = false;
+    for (const std::string& dir : container_) {
+      for (pid_t pid : ListedIn(dir)) {
+        listed = true;
+        ::kill(pid, SIGKILL);
+      }
+    }
+    if (pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == pid_) pid_ = -1;
+    if (!listed && pid_ <= 0) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  RemoveContainer();
+}
+
+void AgentProcess::RemoveContainer() {
+  for (const std::string& dir : container_) {
+    // Anything left (a failed test): the directory cannot go while it holds a process.
+    for (pid_t pid : ListedIn(dir)) ::kill(pid, SIGKILL);
+    for (int i = 0; i < 100 && ::rmdir(dir.c_str()) != 0 && errno == EBUSY; ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+  container_.clear();
 }
 
 std::string AgentProcess::Log() const { return ReadFile(log_path_); }

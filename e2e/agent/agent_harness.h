@@ -34,6 +34,9 @@ struct AgentSetup {
   std::string limits = "{cpus: 1, memory: 256MiB, pids: 128, workspace: 64MiB}";
   // restart_grace: "0s" (the sandboxes end with the agent) unless a test keeps them.
   std::string restart_grace = "0s";
+  // Start the agent in cgroups of its own in every hierarchy, as a container runtime starts a
+  // container (AgentProcess::KillContainer ends it as one stops it).
+  bool in_container = false;
 };
 
 // What one command printed, through the SSE stream of POST .../execd/command.
@@ -65,6 +68,10 @@ class AgentProcess {
   void Kill(int signal);
   // SIGTERM and wait; returns the exit status.
   int Stop();
+  // Ends the agent's stand-in container (AgentSetup::in_container) as runc's `kill --all` does:
+  // SIGKILL to every process listed in the container's cgroups, until none is; then reaps the
+  // agent and removes the cgroups. What is to outlive the agent must have left them.
+  void KillContainer();
 
   // The node API with the node token. Returns (status, parsed body or null).
   std::pair<int, nlohmann::json> Node(const std::string& method, const std::string& path,
@@ -84,8 +91,11 @@ class AgentProcess {
  private:
   AgentProcess() = default;
 
+  void RemoveContainer();
+
   pid_t pid_ = -1;
   int port_ = 0;
+  std::vector<std::string> container_;  // the stand-in container's cgroups, one per hierarchy
   std::string dir_, state_dir_, node_token_, log_path_;
   bool keep_dir_ = false;
 };

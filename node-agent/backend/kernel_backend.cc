@@ -29,6 +29,7 @@
 #include "node-agent/backend/kept_cgroups.h"
 #include "node-agent/backend/namespace_ref.h"
 #include "node-agent/config/config.h"
+#include "sandbox/cgroup/cgroup_detach.h"
 #include "sandbox/cgroup/cgroup_fs.h"
 #include "sandbox/cgroup/cgroup_watch.h"
 #include "sandbox/egress/sandbox_egress.h"
@@ -206,8 +207,9 @@ struct KernelBackend::Box {
   uint64_t init_start = 0;          // init's start time (StartTimeOf)
   pid_t probe_pid = -1;
   uint64_t probe_start = 0;
-  uint64_t event_token = 0;  // guarded by mu_
-  bool dead = false;         // guarded by mu_: init exited or destroy began
+  bool probe_listener = false;  // the probe holds the sandbox's seccomp listener
+  uint64_t event_token = 0;     // guarded by mu_
+  bool dead = false;            // guarded by mu_: init exited or destroy began
   std::map<uint32_t, std::shared_ptr<Command>> commands;  // guarded by mu_
   absl::Mutex io_mu;  // the loop reads events, Destroy closes the socket: not both at once
 };
@@ -403,6 +405,12 @@ absl::StatusOr<CreatedSandbox> KernelBackend::Create(const SandboxSpec& spec) {
   auto undo = absl::MakeCleanup([&] { box->sandbox->Destroy(); });
 
   const pid_t init = box->sandbox->pid();
+  // To outlive the agent it must also outlive the agent's cgroups: a container runtime stopping
+  // the agent's container kills what they list (cgroup_detach.h).
+  if (box->sandbox->restart_grace_ms() > 0) {
+    RETURN_IF_ERROR(sandbox::DetachFromCreator(factory_->cgroup_layout(), init,
+                                               box->sandbox->cgroup().paths()));
+  }
   box->root.reset(
       ::open(absl::StrCat("/proc/", init, "/root").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!box->root) return ErrnoStatus("open the sandbox's root from outside");
@@ -416,14 +424,14 @@ absl::StatusOr<CreatedSandbox> KernelBackend::Create(const SandboxSpec& spec) {
   box->init_start = StartTimeOf(init);
   RETURN_IF_ERROR(WriteRecord(*box));
   auto unrecord = absl::MakeCleanup([&] { ::unlink(box->record_path.c_str()); });
+  box->probe_listener = box->sandbox->holds_seccomp_listener();  // on_start gives it to the probe
   if (options_.on_start) RETURN_IF_ERROR(options_.on_start(spec.id, *box->sandbox, box->limits));
   // From here a failure also stops what on_start started (the probe), before `undo` runs.
   auto unstart = absl::MakeCleanup([&] {
     if (options_.on_destroy) options_.on_destroy(spec.id);
   });
   if (box->sandbox->restart_grace_ms() > 0) {
-    if (options_.probe_pid) box->probe_pid = options_.probe_pid(spec.id);
-    if (box->probe_pid > 0) box->probe_start = StartTimeOf(box->probe_pid);
+    RETURN_IF_ERROR(RecordProbe(*box));
     const std::string spool = SpoolPath(spec.id);
     box->spool = std::make_shared<UniqueFd>(
         ::open(spool.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600));
@@ -521,6 +529,20 @@ absl::StatusOr<int> KernelBackend::RemoveUnusedKeptCgroups() {
   return static_cast<int>(removed->size());
 }
 
+absl::Status KernelBackend::RecordProbe(Box& box) {
+  if (options_.probe_pid) box.probe_pid = options_.probe_pid(box.id);
+  if (box.probe_pid <= 0) return absl::OkStatus();
+  box.probe_start = StartTimeOf(box.probe_pid);
+  // It holds the sandbox's seccomp listener for the next agent (AdoptOne): it outlives this
+  // agent's cgroups as init does.
+  absl::Status detached = sandbox::DetachFromCreator(factory_->cgroup_layout(), box.probe_pid, {});
+  if (!detached.ok()) {
+    return absl::Status(detached.code(),
+                        absl::StrCat("the probe of ", box.id, ": ", detached.message()));
+  }
+  return absl::OkStatus();
+}
+
 std::string KernelBackend::SpoolPath(absl::string_view id) const {
   return absl::StrCat(options_.state_dir, "/spool/", id);
 }
@@ -529,12 +551,15 @@ absl::Status KernelBackend::WriteRecord(const Box& box) {
   nlohmann::json record = {{"version", 1},
                            {"id", box.id},
                            {"agent_pid", ::getpid()},
+                           // A pid alone is not this agent: in a container every agent is pid 1.
+                           {"agent_start", StartTimeOf(::getpid())},
                            {"init_pid", box.sandbox->pid()},
                            {"init_start", box.init_start},
                            {"cgroups", box.sandbox->cgroup().paths()},
                            {"restart_grace_ms", box.sandbox->restart_grace_ms()},
                            {"probe_pid", box.probe_pid},
                            {"probe_start", box.probe_start},
+                           {"probe_listener", box.probe_listener},
                            {"mounts", box.mounts},
                            {"cpus", box.limits.cpus},
                            // For its egress (AdoptOne): the policy, as the agent gave it.
@@ -1034,7 +1059,10 @@ absl::StatusOr<CleanupReport> KernelBackend::CleanLeftovers() {
       absl::MutexLock lock(&mu_);
       if (boxes_.contains(id)) continue;  // ours, alive
     }
-    if (record.is_object() && record.value("agent_pid", 0) == ::getpid()) continue;
+    if (record.is_object() && record.value("agent_pid", 0) == ::getpid() &&
+        record.value("agent_start", uint64_t{0}) == StartTimeOf(::getpid())) {
+      continue;  // this agent's, made since the look at boxes_ above
+    }
     // Its processes: whatever is still in its cgroups (init normally exited when the agent's
     // socket closed, taking its pid namespace along). Only the sandbox's own cgroups.
     std::string rejected;
@@ -1168,6 +1196,26 @@ absl::StatusOr<std::shared_ptr<KernelBackend::Box>> KernelBackend::AdoptOne(
   // Checked again with the pidfd held: the pid cannot be reused from here on.
   if (!pidfd || StartTimeOf(init) != init_start) return absl::NotFoundError("its init is gone");
 
+  // The seccomp listener, from the old probe (which holds it as fd 5), which then goes. A sandbox
+  // made with a probe whose probe is gone (killed with its agent's container, say) lost its
+  // listener: its watched calls now fail with ENOSYS and report nothing, so it is not the sandbox
+  // that was made, and is ended (CleanLeftovers) instead of served.
+  UniqueFd listener;
+  const pid_t probe = record.value("probe_pid", -1);
+  const uint64_t probe_start = record.value("probe_start", uint64_t{0});
+  if (probe > 0) {
+    UniqueFd probe_fd;
+    if (probe_start != 0 && StartTimeOf(probe) == probe_start) probe_fd.reset(PidfdOpen(probe));
+    if (probe_fd && StartTimeOf(probe) == probe_start) {
+      listener.reset(static_cast<int>(::syscall(SYS_pidfd_getfd, probe_fd.get(), 5, 0)));
+      ::syscall(SYS_pidfd_send_signal, probe_fd.get(), SIGKILL, nullptr, 0);
+    }
+    if (!listener && record.value("probe_listener", true)) {
+      return absl::FailedPreconditionError(
+          "its probe is gone, and with it the sandbox's seccomp listener");
+    }
+  }
+
   // Its cgroups, renamed after this agent (so that CleanupStaleCgroups keeps them). Only the
   // sandbox's own.
   std::string rejected;
@@ -1210,18 +1258,6 @@ absl::StatusOr<std::shared_ptr<KernelBackend::Box>> KernelBackend::AdoptOne(
     absl::SleepFor(absl::Milliseconds(10));
   }
   ::fcntl(sync.get(), F_SETFD, FD_CLOEXEC);
-
-  // The seccomp listener, from the old probe (which holds it as fd 5), which then goes.
-  UniqueFd listener;
-  const pid_t probe = record.value("probe_pid", -1);
-  const uint64_t probe_start = record.value("probe_start", uint64_t{0});
-  if (probe > 0 && probe_start != 0 && StartTimeOf(probe) == probe_start) {
-    UniqueFd probe_fd(PidfdOpen(probe));
-    if (probe_fd && StartTimeOf(probe) == probe_start) {
-      listener.reset(static_cast<int>(::syscall(SYS_pidfd_getfd, probe_fd.get(), 5, 0)));
-      ::syscall(SYS_pidfd_send_signal, probe_fd.get(), SIGKILL, nullptr, 0);
-    }
-  }
 
   std::vector<sandbox::AdoptedCommand> commands;
   ASSIGN_OR_RETURN(
@@ -1302,12 +1338,12 @@ absl::StatusOr<std::shared_ptr<KernelBackend::Box>> KernelBackend::AdoptOne(
     info->commands.push_back(std::move(ci));
     adopted.push_back(std::move(command));
   }
+  box->probe_listener = box->sandbox->holds_seccomp_listener();
   if (options_.on_start) RETURN_IF_ERROR(options_.on_start(id, *box->sandbox, box->limits));
   auto unstart = absl::MakeCleanup([&] {
     if (options_.on_destroy) options_.on_destroy(id);
   });
-  if (options_.probe_pid) box->probe_pid = options_.probe_pid(id);
-  if (box->probe_pid > 0) box->probe_start = StartTimeOf(box->probe_pid);
+  RETURN_IF_ERROR(RecordProbe(*box));
   RETURN_IF_ERROR(WriteRecord(*box));
   {
     absl::MutexLock lock(&mu_);

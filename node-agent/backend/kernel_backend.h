@@ -31,8 +31,10 @@
 // closes the sockets without killing; the next agent's Adopt takes each sandbox whose init is
 // still the recorded one over: a new socket from init (pidfd_getfd), its cgroup (keep-<id>), the
 // seccomp listener from the old probe (which it then kills) for a new probe, and init's list of
-// commands with their pipes. Sandboxes with egress are not kept (the proxy lives in the agent):
-// they end with it, as without a grace.
+// commands with their pipes; a sandbox whose old probe is gone lost that listener and is ended
+// instead. Init and the probe leave the agent's cgroups at creation (cgroup_detach.h), so that
+// stopping the agent's container does not kill them. A sandbox with egress is served again from
+// its record's policy (its proxy lives in the agent: nothing listens between the two agents).
 #pragma once
 
 #include <sys/types.h>
@@ -148,6 +150,9 @@ class KernelBackend final : public SandboxBackend {
   absl::StatusOr<std::shared_ptr<Box>> AdoptOne(const std::string& id, const std::string& text,
                                                 AdoptedSandboxInfo* info);
   std::string SpoolPath(absl::string_view id) const;
+  // The probe's pid and start time into `box` (options_.probe_pid), and the probe out of this
+  // agent's cgroups (cgroup_detach.h): for kept sandboxes, whose probe outlives the agent.
+  absl::Status RecordProbe(Box& box);
   // Removes the keep-* cgroups that no sandbox of ours and no record names (kept_cgroups.h);
   // returns how many.
   absl::StatusOr<int> RemoveUnusedKeptCgroups();

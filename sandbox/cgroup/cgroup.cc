@@ -32,6 +32,7 @@ namespace {
 struct MountEntry {
   int id = 0;
   int parent = 0;
+  std::string device;  // "major:minor": one per superblock, so one per cgroup hierarchy
   std::string point;
   std::string fstype;
   std::string super_options;
@@ -68,6 +69,7 @@ absl::StatusOr<MountEntry> ParseMountLine(absl::string_view line) {
   if (!absl::SimpleAtoi(fields[0], &entry.id) || !absl::SimpleAtoi(fields[1], &entry.parent)) {
     return absl::InvalidArgumentError(absl::StrCat("malformed mountinfo line \"", line, "\""));
   }
+  entry.device = std::string(fields[2]);
   entry.point = Unescape(fields[4]);
   entry.fstype = std::string(separator[1]);
   entry.super_options = std::string(separator[3]);
@@ -293,12 +295,16 @@ absl::StatusOr<CgroupLayout> ParseCgroupMountinfo(absl::string_view mountinfo) {
   }
   std::vector<bool> visible = VisibleMounts(mounts);
   CgroupLayout layout{.kind = CgroupLayout::Kind::kV2};
+  // A v1 hierarchy mounted twice is one device ("0:37") at both places.
+  std::map<std::string, std::string> hierarchies;  // device -> mount point
   for (size_t i = 0; i < mounts.size(); ++i) {
     const MountEntry& m = mounts[i];
     if (!visible[i]) continue;
     if (m.fstype == "cgroup2") {
       if (Preferred(m.point, layout.v2_mount)) layout.v2_mount = m.point;
     } else if (m.fstype == "cgroup") {
+      std::string& hierarchy = hierarchies[m.device];
+      if (Preferred(m.point, hierarchy)) hierarchy = m.point;
       for (absl::string_view option : absl::StrSplit(m.super_options, ',')) {
         if (!IsV1Controller(option)) continue;
         std::string& mount = layout.v1_mounts[std::string(option)];
@@ -306,6 +312,7 @@ absl::StatusOr<CgroupLayout> ParseCgroupMountinfo(absl::string_view mountinfo) {
       }
     }
   }
+  for (const auto& [device, point] : hierarchies) layout.v1_hierarchies.insert(point);
   if (layout.v1_mounts.empty() && layout.v2_mount.empty()) {
     return absl::NotFoundError(
         "no cgroup filesystem is mounted: mount cgroup2 (`mount -t cgroup2 none /sys/fs/cgroup`) "

@@ -41,6 +41,10 @@ struct CgroupLayout {
   std::string v2_parent;
   // Controllers v2_parent offers (its cgroup.controllers), read once at detection.
   std::set<std::string> v2_controllers;
+  // The mount point of every v1 hierarchy, once each: those of the controllers above and also
+  // those moat uses no controller of (devices, net_cls, ...) and named ones (name=systemd). A
+  // process is in some cgroup of each (cgroup_detach.h).
+  std::set<std::string> v1_hierarchies;
 
   // E.g. "hybrid (v1: cpu,memory,pids; v2: /sys/fs/cgroup/unified)".
   std::string Describe() const;

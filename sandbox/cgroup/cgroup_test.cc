@@ -76,6 +76,12 @@ TEST(ParseCgroupMountinfoTest, HybridOfThisMachine) {
   EXPECT_EQ(layout->v1_mounts.at("freezer"), "/sys/fs/cgroup/freezer");
   EXPECT_FALSE(layout->v1_mounts.contains("name=systemd"));
   EXPECT_FALSE(layout->v1_mounts.contains("rw"));
+  // Every hierarchy, those whose controllers moat does not use and the named one included.
+  EXPECT_THAT(
+      layout->v1_hierarchies,
+      ElementsAre("/sys/fs/cgroup/blkio", "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpuacct",
+                  "/sys/fs/cgroup/cpuset", "/sys/fs/cgroup/devices", "/sys/fs/cgroup/freezer",
+                  "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/systemd"));
   EXPECT_EQ(layout->Describe(),
             "hybrid (v1: blkio,cpu,cpuacct,cpuset,devices,freezer,memory,pids; v2: "
             "/sys/fs/cgroup/unified)");
@@ -87,6 +93,7 @@ TEST(ParseCgroupMountinfoTest, PureV2) {
   EXPECT_EQ(layout->kind, Kind::kV2);
   EXPECT_EQ(layout->v2_mount, "/sys/fs/cgroup");
   EXPECT_THAT(layout->v1_mounts, IsEmpty());
+  EXPECT_THAT(layout->v1_hierarchies, IsEmpty());
   EXPECT_EQ(layout->Describe(), "v2 (/sys/fs/cgroup)");
 }
 
@@ -103,6 +110,10 @@ TEST(ParseCgroupMountinfoTest, PureV1WithCoMountedControllers) {
                                              Pair("net_prio", "/sys/fs/cgroup/net_cls,net_prio"),
                                              Pair("pids", "/sys/fs/cgroup/pids")));
   EXPECT_EQ(layout->Describe(), "v1 (cpu,cpuacct,freezer,memory,net_cls,net_prio,pids)");
+  EXPECT_THAT(layout->v1_hierarchies,
+              ElementsAre("/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/freezer",
+                          "/sys/fs/cgroup/memory", "/sys/fs/cgroup/net_cls,net_prio",
+                          "/sys/fs/cgroup/pids", "/sys/fs/cgroup/systemd"));
 }
 
 TEST(ParseCgroupMountinfoTest, DecodesEscapedMountPoints) {
@@ -134,6 +145,7 @@ TEST(ParseCgroupMountinfoTest, PrefersSysFsCgroupWhenMountedTwice) {
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_EQ(layout->v2_mount, "/sys/fs/cgroup");
   EXPECT_EQ(layout->v1_mounts.at("memory"), "/sys/fs/cgroup/memory");
+  EXPECT_THAT(layout->v1_hierarchies, ElementsAre("/sys/fs/cgroup/memory"));  // one hierarchy
 }
 
 TEST(ParseCgroupMountinfoTest, NoCgroupMountSaysWhatToDo) {
