@@ -108,8 +108,8 @@ expect_render() {
     bad "$what: no \"$want\" in the rendered agent with $*"
   fi
 }
-expect_render "by default: hostPID and a 60s grace" '^      hostPID: true$'
-expect_render "by default: restart_grace 60s" '^    restart_grace: 60s$'
+expect_render "by default: hostPID" '^      hostPID: true$'
+expect_render "by default: restart_grace 120s" '^    restart_grace: 120s$'
 expect_render "agent.restartGrace=2m" '^    restart_grace: 2m$' --set agent.restartGrace=2m
 expect_render "hostPID=false: no grace (the sandboxes die with the pod)" '^    restart_grace: 0s$' \
   --set agent.hostPID=false

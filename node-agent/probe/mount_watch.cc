@@ -27,6 +27,22 @@ MountTable ParseMountTable(absl::string_view mountinfo) {
   return table;
 }
 
+namespace {
+
+// The same line but for the root field (the 4th: mountinfo escapes spaces in paths) having
+// gained the kernel's "//deleted" suffix.
+bool OnlyItsSourceWasDeleted(absl::string_view before, absl::string_view after) {
+  const std::vector<absl::string_view> b = absl::StrSplit(before, ' ');
+  const std::vector<absl::string_view> a = absl::StrSplit(after, ' ');
+  if (a.size() != b.size() || a.size() < 4) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (i == 3 ? a[i] != absl::StrCat(b[i], "//deleted") : a[i] != b[i]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 std::vector<MountChange> DiffMountTables(const MountTable& before, const MountTable& after) {
   std::vector<MountChange> changes;
   auto b = before.begin();
@@ -39,7 +55,7 @@ std::vector<MountChange> DiffMountTables(const MountTable& before, const MountTa
       changes.push_back({MountChange::Kind::kAppeared, "", a->second});
       ++a;
     } else {
-      if (a->second != b->second) {
+      if (a->second != b->second && !OnlyItsSourceWasDeleted(b->second, a->second)) {
         changes.push_back({MountChange::Kind::kChanged, b->second, a->second});
       }
       ++a;

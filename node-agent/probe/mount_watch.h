@@ -30,7 +30,10 @@ using MountTable = std::map<std::string, std::string>;
 
 MountTable ParseMountTable(absl::string_view mountinfo);
 
-// What differs from `before` to `after`, in mount-id order.
+// What differs from `before` to `after`, in mount-id order. A line whose only difference is that
+// its root gained "//deleted" is no change: the host unlinked the source of a bind mount (a
+// restarted agent's old pod's /etc/hosts, say), which the sandbox cannot do, and the mount itself
+// is as it was.
 std::vector<MountChange> DiffMountTables(const MountTable& before, const MountTable& after);
 
 class MountWatch {

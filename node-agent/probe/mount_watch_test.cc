@@ -35,6 +35,28 @@ TEST(DiffMountTablesTest, ReportsAppearedDisappearedAndChanged) {
   EXPECT_EQ(changes[2].Describe(), std::string("appeared: ") + kHost);
 }
 
+// After a DaemonSet rollout the kubelet deletes the old pod's directory, and the binds the
+// sandbox inherited from the agent's container (/etc/hosts) show their root as deleted. The mount
+// is unchanged; only a change beyond that suffix counts.
+TEST(DiffMountTablesTest, ABindWhoseSourceTheHostDeletedIsNoChange) {
+  constexpr char kHosts[] =
+      "189 188 254:0 /kubelet/pods/728a/etc-hosts /etc/hosts ro,nosuid,nodev,relatime - ext4 "
+      "/dev/vda rw";
+  constexpr char kHostsDeleted[] =
+      "189 188 254:0 /kubelet/pods/728a/etc-hosts//deleted /etc/hosts ro,nosuid,nodev,relatime - "
+      "ext4 /dev/vda rw";
+  constexpr char kHostsDeletedAndRw[] =
+      "189 188 254:0 /kubelet/pods/728a/etc-hosts//deleted /etc/hosts rw,nosuid,nodev,relatime - "
+      "ext4 /dev/vda rw";
+  constexpr char kOtherFile[] =
+      "189 188 254:0 /kubelet/pods/728a/etc-hostsx//deleted /etc/hosts ro,nosuid,nodev,relatime - "
+      "ext4 /dev/vda rw";
+  const MountTable before = ParseMountTable(kHosts);
+  EXPECT_TRUE(DiffMountTables(before, ParseMountTable(kHostsDeleted)).empty());
+  EXPECT_EQ(DiffMountTables(before, ParseMountTable(kHostsDeletedAndRw)).size(), 1u);
+  EXPECT_EQ(DiffMountTables(before, ParseMountTable(kOtherFile)).size(), 1u);
+}
+
 TEST(MountWatchTest, ReportsEachChangeOnce) {
   char path[] = "/tmp/mount_watch_test.XXXXXX";
   const int fd = ::mkstemp(path);
