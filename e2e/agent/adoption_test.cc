@@ -77,6 +77,14 @@ class AdoptionE2eTest : public ::testing::Test {
     return "";
   }
 
+  // Waits (a few seconds at most) until a host process's command line contains `marker`.
+  static bool Appears(const std::string& marker) {
+    for (int i = 0; i < Rounds(100) && ProcessesWith(marker).empty(); ++i) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return !ProcessesWith(marker).empty();
+  }
+
   // Waits until the command has ended; its status body.
   static nlohmann::json WaitEnded(AgentProcess& agent, const std::string& id,
                                   const std::string& token, const std::string& command) {
@@ -181,10 +189,7 @@ TEST_F(AdoptionE2eTest, ASandboxWhoseProbeIsGoneIsEndedNotServed) {
   CommandRun bg = agent->Run(id, token, absl::StrCat("sleep 1000.", marker), nullptr,
                              R"({"background": true})");
   EXPECT_EQ(bg.http_status, 200);
-  for (int i = 0; i < Rounds(100) && ProcessesWith(marker).empty(); ++i) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSERT_FALSE(ProcessesWith(marker).empty());
+  ASSERT_TRUE(Appears(marker));
   const std::vector<pid_t> probes = ProbesOf(id);
   ASSERT_EQ(probes.size(), 1u);
   const std::string state_dir = agent->state_dir();
@@ -226,10 +231,7 @@ TEST_F(AdoptionE2eTest, ACarriedOverCommandKeepsItsTimeout) {
     if (e.value("type", "") == "init") command = e.value("text", "");
   }
   ASSERT_FALSE(command.empty());
-  for (int i = 0; i < Rounds(100) && ProcessesWith(marker).empty(); ++i) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSERT_FALSE(ProcessesWith(marker).empty());
+  ASSERT_TRUE(Appears(marker));
   const std::string state_dir = agent->state_dir();
   agent->KeepDirectory();
   agent->Stop();
@@ -322,10 +324,7 @@ TEST_F(AdoptionE2eTest, SandboxEndsItselfAfterTheGrace) {
   CommandRun bg = agent->Run(sandbox->first, sandbox->second, absl::StrCat("sleep 1000.", marker),
                              nullptr, R"({"background": true})");
   EXPECT_EQ(bg.http_status, 200);
-  for (int i = 0; i < Rounds(100) && ProcessesWith(marker).empty(); ++i) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSERT_FALSE(ProcessesWith(marker).empty());
+  ASSERT_TRUE(Appears(marker));
   const pid_t old_pid = agent->pid();
   const std::string state_dir = agent->state_dir();
   agent->KeepDirectory();
