@@ -198,6 +198,7 @@ int Run(int argc, char** argv) {
   } else {
     KernelBackendOptions options;
     options.state_dir = config->state_dir;
+    options.private_paths = AgentOwnFiles(*config, config_path);
     options.on_start = [&probes](const std::string& id, sandbox::LiveSandbox& box,
                                  const sandbox::Limits& limits) {
       return probes.Start(id, box, limits);

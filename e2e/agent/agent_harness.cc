@@ -110,7 +110,17 @@ absl::StatusOr<std::unique_ptr<AgentProcess>> AgentProcess::Start(const AgentSet
   agent->state_dir_ = state_dir.empty() ? agent->dir_ + "/state" : state_dir;
   ::mkdir(agent->state_dir_.c_str(), 0700);
   agent->node_token_ = RandomHex(32);
-  const std::string token_file = agent->dir_ + "/token";
+  // The token is owner-only always (the agent refuses it otherwise): read-only to its owner,
+  // as the chart's secret is; the config readable to all in a config_dir.
+  const mode_t config_mode = setup.config_dir.empty() ? 0600 : 0644;
+  agent->config_dir_ = agent->dir_;
+  if (!setup.config_dir.empty()) {
+    if (::mkdir(setup.config_dir.c_str(), 0755) != 0) {
+      return absl::InternalError(absl::StrCat("cannot make ", setup.config_dir));
+    }
+    agent->config_dir_ = setup.config_dir;
+  }
+  const std::string token_file = agent->config_dir_ + "/token";
   if (!WriteFile(token_file, agent->node_token_ + "\n", 0600)) {
     return absl::InternalError("cannot write the token file");
   }
@@ -120,8 +130,10 @@ absl::StatusOr<std::unique_ptr<AgentProcess>> AgentProcess::Start(const AgentSet
       "heartbeat: {interval: ", setup.heartbeat, ", misses: 3}\n", "profiles:\n",
       "  - name: default\n", "    limits: ", setup.limits, "\n",
       "    pool: {floor: ", setup.pool_floor, ", ceiling: ", setup.pool_ceiling, "}\n");
-  const std::string config_path = agent->dir_ + "/agent.yaml";
-  if (!WriteFile(config_path, config, 0600)) return absl::InternalError("cannot write config");
+  const std::string config_path = agent->config_dir_ + "/agent.yaml";
+  if (!WriteFile(config_path, config, config_mode)) {
+    return absl::InternalError("cannot write config");
+  }
   agent->log_path_ = agent->dir_ + "/agent.log";
 
   std::vector<std::string> args = {AgentBinary(), "--config", config_path};
@@ -188,6 +200,7 @@ AgentProcess::~AgentProcess() {
   if (pid_ > 0) Stop();
   RemoveContainer();
   if (!keep_dir_ && !dir_.empty()) std::filesystem::remove_all(dir_);
+  if (config_dir_ != dir_ && !config_dir_.empty()) std::filesystem::remove_all(config_dir_);
 }
 
 void AgentProcess::KillContainer() {

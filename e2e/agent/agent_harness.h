@@ -37,6 +37,10 @@ struct AgentSetup {
   // Start the agent in cgroups of its own in every hierarchy, as a container runtime starts a
   // container (AgentProcess::KillContainer ends it as one stops it).
   bool in_container = false;
+  // Where the config (agent.yaml, readable to all as a pod's ConfigMap is) and the node token
+  // (token, owner-only) are written: a directory the sandboxes' root shows, unlike /var/tmp; made
+  // and removed with the agent. Empty: the agent's directory under /var/tmp, both owner-only.
+  std::string config_dir;
 };
 
 // What one command printed, through the SSE stream of POST .../execd/command.
@@ -61,6 +65,9 @@ class AgentProcess {
   int port() const { return port_; }
   const std::string& state_dir() const { return state_dir_; }
   const std::string& dir() const { return dir_; }
+  // Where its config (agent.yaml) and token (token) are: AgentSetup::config_dir, else dir().
+  const std::string& config_dir() const { return config_dir_; }
+  const std::string& NodeToken() const { return node_token_; }
   std::string Log() const;  // what the agent wrote to stderr so far
   void KeepDirectory() { keep_dir_ = true; }
 
@@ -97,6 +104,7 @@ class AgentProcess {
   int port_ = 0;
   std::vector<std::string> container_;  // the stand-in container's cgroups, one per hierarchy
   std::string dir_, state_dir_, node_token_, log_path_;
+  std::string config_dir_;
   bool keep_dir_ = false;
 };
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -23,6 +24,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 class AgentE2eTest : public ::testing::Test {
  protected:
@@ -75,6 +77,35 @@ TEST_F(AgentE2eTest, RunsCommandsAndKeepsFilesBetweenThem) {
   for (const std::string& cgroup : AgentCgroups(agent->pid())) {
     EXPECT_FALSE(absl::EndsWith(cgroup, id)) << cgroup;  // (the pool's own may exist)
   }
+}
+
+// The agent's own files are covered in every sandbox, even where the sandbox's root shows them
+// readable (an agent pod's ConfigMap at /etc/moat): its config reads as empty inside and its
+// token is covered (by /dev/null), while a file beside them stays as it is.
+TEST_F(AgentE2eTest, TheAgentsOwnFilesAreHidden) {
+  const std::string dir = absl::StrCat("/etc/moat-agent-e2e-", ::getpid());
+  std::unique_ptr<AgentProcess> agent = StartAgent({.config_dir = dir});
+  ASSERT_NE(agent, nullptr);
+  const std::string neighbour = dir + "/neighbour.txt";
+  {
+    std::FILE* f = std::fopen(neighbour.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("not the agent's\n", f);
+    std::fclose(f);
+  }
+  ASSERT_EQ(::chmod(neighbour.c_str(), 0644), 0);
+  auto sandbox = agent->CreateSandbox();
+  ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+  const auto& [id, sandbox_token] = *sandbox;
+  CommandRun read = agent->Run(id, sandbox_token,
+                               absl::StrCat("cat ", dir, "/agent.yaml; echo read; cat ", neighbour,
+                                            "; [ -c ", dir, "/token ] && echo token covered"));
+  EXPECT_EQ(read.http_status, 200);
+  EXPECT_EQ(read.stdout_text, "read\nnot the agent's\ntoken covered\n") << read.stderr_text;
+  EXPECT_THAT(read.stdout_text, Not(HasSubstr("token_file")));
+  EXPECT_THAT(read.stdout_text, Not(HasSubstr(agent->NodeToken())));
+  agent.reset();
+  EXPECT_FALSE(std::filesystem::exists(dir));
 }
 
 TEST_F(AgentE2eTest, BadRequestsGetClearErrors) {

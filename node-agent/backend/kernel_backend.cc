@@ -379,7 +379,7 @@ absl::StatusOr<CreatedSandbox> KernelBackend::Create(const SandboxSpec& spec) {
   ASSIGN_OR_RETURN(sandbox::Isolation isolation,
                    sandbox::IsolationFor(policy, {.host = host_,
                                                   .audit_log = options_.audit_log,
-                                                  .private_paths = {options_.state_dir}}));
+                                                  .private_paths = PrivatePaths()}));
   options.mounts = std::move(isolation.mounts);
   options.mounts.root_dir = spec.root_dir.empty() ? "/" : spec.root_dir;
   options.mounts.tmpfs_bytes = box->limits.tmpfs_bytes;
@@ -545,6 +545,12 @@ absl::Status KernelBackend::RecordProbe(Box& box) {
 
 std::string KernelBackend::SpoolPath(absl::string_view id) const {
   return absl::StrCat(options_.state_dir, "/spool/", id);
+}
+
+std::vector<std::string> KernelBackend::PrivatePaths() const {
+  std::vector<std::string> paths = options_.private_paths;
+  paths.push_back(options_.state_dir);
+  return paths;
 }
 
 absl::Status KernelBackend::WriteRecord(const Box& box) {
@@ -1280,7 +1286,7 @@ absl::StatusOr<std::shared_ptr<KernelBackend::Box>> KernelBackend::AdoptOne(
   ASSIGN_OR_RETURN(sandbox::Isolation isolation,
                    sandbox::IsolationFor(policy, {.host = host_,
                                                   .audit_log = options_.audit_log,
-                                                  .private_paths = {options_.state_dir}}));
+                                                  .private_paths = PrivatePaths()}));
   if (isolation.egress) {
     egress::EgressOptions e = *std::move(isolation.egress);
     e.sandbox_id = id;

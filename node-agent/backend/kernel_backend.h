@@ -63,6 +63,9 @@ struct KernelBackendOptions {
   std::string state_dir = "/var/lib/moat-agent";  // must exist; root-only
   // Egress audit log of every sandbox with network (hidden inside each).
   std::string audit_log = "/var/lib/moat/egress-audit.jsonl";
+  // Host files of the agent's own (AgentOwnFiles: its config, tokens, keys), covered in every
+  // sandbox as state_dir and audit_log are.
+  std::vector<std::string> private_paths;
   // Called once per sandbox after it started (e.g. to start its probe); an error fails Create.
   // `box` stays valid until on_destroy(id) returns.
   std::function<absl::Status(const std::string& id, sandbox::LiveSandbox& box,
@@ -150,6 +153,8 @@ class KernelBackend final : public SandboxBackend {
   absl::StatusOr<std::shared_ptr<Box>> AdoptOne(const std::string& id, const std::string& text,
                                                 AdoptedSandboxInfo* info);
   std::string SpoolPath(absl::string_view id) const;
+  // What no sandbox may see of the host: state_dir and private_paths.
+  std::vector<std::string> PrivatePaths() const;
   // The probe's pid and start time into `box` (options_.probe_pid), and the probe out of this
   // agent's cgroups (cgroup_detach.h): for kept sandboxes, whose probe outlives the agent.
   absl::Status RecordProbe(Box& box);

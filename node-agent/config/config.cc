@@ -1,5 +1,7 @@
 #include "node-agent/config/config.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -280,6 +282,30 @@ absl::StatusOr<AgentConfig> LoadConfig(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return ParseConfig(text.str(), path);
+}
+
+std::vector<std::string> AgentOwnFiles(const AgentConfig& config, absl::string_view config_path) {
+  std::vector<std::string> files;
+  if (!config_path.empty()) {
+    std::error_code error;
+    const std::filesystem::path absolute =
+        std::filesystem::absolute(std::filesystem::path(std::string(config_path)), error);
+    files.push_back(error ? std::string(config_path) : absolute.lexically_normal().string());
+  }
+  files.push_back(config.token_file);
+  if (config.tls) {
+    files.push_back(config.tls->cert_file);
+    files.push_back(config.tls->key_file);
+  }
+  if (config.controller) {
+    files.push_back(config.controller->join_token_file);
+    files.push_back(config.controller->ca_file);
+  }
+  for (const ProfileConfig& profile : config.profiles) files.push_back(profile.policy_file);
+  std::erase_if(files, [](const std::string& f) { return f.empty(); });
+  std::sort(files.begin(), files.end());
+  files.erase(std::unique(files.begin(), files.end()), files.end());
+  return files;
 }
 
 }  // namespace moat::agent

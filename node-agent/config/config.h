@@ -105,4 +105,11 @@ absl::StatusOr<std::string> ReadProfilePolicy(const ProfileConfig& profile);
 // cannot have (allowWrite: host paths stay read-only). `source` names it in errors.
 absl::StatusOr<sandbox::Policy> ParseAgentPolicy(absl::string_view text, absl::string_view source);
 
+// The agent's own files on the host, which no sandbox may read even where its root shows them
+// (the host root of a profile without `root`, an agent pod's mounts): the config file at
+// `config_path` (made absolute against the working directory), the node and join tokens, the TLS
+// certificate and key, the controller's CA and the profiles' policies. Each sandbox sees them
+// covered (KernelBackendOptions::private_paths); a directory is not hidden, only these files.
+std::vector<std::string> AgentOwnFiles(const AgentConfig& config, absl::string_view config_path);
+
 }  // namespace moat::agent

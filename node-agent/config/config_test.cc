@@ -1,5 +1,6 @@
 #include "node-agent/config/config.h"
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -12,6 +13,8 @@
 namespace moat::agent {
 namespace {
 
+using ::testing::Contains;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 constexpr char kMinimal[] = R"(
@@ -77,6 +80,34 @@ profiles:
   EXPECT_EQ(python->pool_ceiling, 50);
   EXPECT_NE(config->FindProfile("node"), nullptr);
   EXPECT_EQ(config->FindProfile("ruby"), nullptr);
+}
+
+TEST(ConfigTest, AgentOwnFilesAreEveryFileOfItsOwn) {
+  auto config = ParseConfig(R"(
+tls: {cert: /etc/moat/agent.crt, key: /etc/moat/agent.key}
+token_file: /etc/moat/agent.token
+profiles:
+  - name: python
+    policy: /etc/moat/python.yaml
+  - name: node
+    policy: /etc/moat/python.yaml
+controller: {url: https://c:8080, join_token_file: /etc/moat/join.token,
+             tls: {ca: /etc/moat/ca.crt}}
+)",
+                            "agent.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(AgentOwnFiles(*config, "/etc/moat/agent.yaml"),
+              ElementsAre("/etc/moat/agent.crt", "/etc/moat/agent.key", "/etc/moat/agent.token",
+                          "/etc/moat/agent.yaml", "/etc/moat/ca.crt", "/etc/moat/join.token",
+                          "/etc/moat/python.yaml"));
+  // A relative config path is made absolute: the sandbox resolves it from its own "/".
+  const std::vector<std::string> relative = AgentOwnFiles(*config, "conf/./agent.yaml");
+  const std::string expected = (std::filesystem::current_path() / "conf/agent.yaml").string();
+  EXPECT_THAT(relative, Contains(expected));
+  // No TLS, no controller, no policies: the config and the token only.
+  auto minimal = ParseConfig("token_file: /t\nprofiles: [{name: a}]\n", "agent.yaml");
+  ASSERT_TRUE(minimal.ok()) << minimal.status();
+  EXPECT_THAT(AgentOwnFiles(*minimal, "/c.yaml"), ElementsAre("/c.yaml", "/t"));
 }
 
 TEST(ConfigTest, ControllerJoin) {
