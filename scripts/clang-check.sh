@@ -8,9 +8,12 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 CC=clang CXX=clang++ cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Debug \
   -DMOAT_STATIC_BINARY=OFF >/dev/null
+# Listed once, then searched: `ninja ... | grep -q` under pipefail fails when grep's early exit
+# leaves ninja writing to a closed pipe, and the target would be skipped unseen.
+all_targets="$(ninja -C build-clang -t targets all 2>/dev/null)"
 targets=()
 for t in moat moat-init moat-agent moat-probe moat-controller; do
-  if ninja -C build-clang -t targets all 2>/dev/null | grep -q "^$t:"; then targets+=("$t"); fi
+  if grep -q "^$t:" <<<"$all_targets"; then targets+=("$t"); fi
 done
 cmake --build build-clang -j"$(nproc)" --target "${targets[@]}"
 echo "clang-check: ${targets[*]} build with -Werror=thread-safety"

@@ -101,8 +101,12 @@ step "sandboxes outlive an agent rollout: the host's pid namespace and a restart
 # expect_render NAME PATTERN [helm flags]: the rendered agent objects hold PATTERN.
 expect_render() {
   local what="$1" want="$2"; shift 2
-  if "$helm" template moat charts/moat "$@" --show-only templates/agent-daemonset.yaml \
-       --show-only templates/agent-configmap.yaml 2>&1 | grep -qE -- "$want"; then
+  # Rendered first, then searched: `helm ... | grep -q` under pipefail fails whenever grep's
+  # early exit makes helm's last writes meet a closed pipe (SIGPIPE), as under load it did.
+  local rendered
+  rendered="$("$helm" template moat charts/moat "$@" --show-only templates/agent-daemonset.yaml \
+    --show-only templates/agent-configmap.yaml 2>&1)" || true
+  if grep -qE -- "$want" <<<"$rendered"; then
     echo "ok   $what"
   else
     bad "$what: no \"$want\" in the rendered agent with $*"

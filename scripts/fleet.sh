@@ -55,7 +55,7 @@ pids+=($!)
 api() { curl -sS -H "OPEN-SANDBOX-API-KEY: $key" "$@"; }
 ready=false
 for _ in $(seq 150); do
-  if api http://127.0.0.1:8080/v1/nodes 2>/dev/null | grep -q '"warm":{"default":[1-9]'; then
+  if grep -q '"warm":{"default":[1-9]' <<<"$(api http://127.0.0.1:8080/v1/nodes 2>/dev/null)"; then
     ready=true
     break
   fi
