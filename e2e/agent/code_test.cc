@@ -220,13 +220,16 @@ TEST_F(CodeE2eTest, InterpretersEndWithTheContextAndTheSandbox) {
   const std::string interpreter = "moat-code-ready";
   const std::string marker = absl::StrCat("moat-code-e2e-", ::getpid(), "-", id_);
   const auto interpreters = [&] { return ProcessesWith(interpreter, agent_->pid()); };
+  // One process that never forks, the marker its argv[0]: a child that forks (`sh -c`) shows the
+  // marker twice between its fork and its child's exec.
+  const std::string start_child = absl::StrCat(
+      "import subprocess\n"
+      "p = subprocess.Popen(['",
+      marker, "', '300'], executable='sleep')\n");
   const size_t before = interpreters().size();
   const std::string ctx = NewContext();
   EXPECT_EQ(interpreters().size(), before + 1);
-  ASSERT_TRUE(RunIn(ctx, absl::StrCat("import subprocess\n"
-                                      "p = subprocess.Popen(['sh', '-c', 'sleep 300', '",
-                                      marker, "'])\n"))
-                  .completed);
+  ASSERT_TRUE(RunIn(ctx, start_child).completed);
   EXPECT_THAT(ProcessesWith(marker), SizeIs(1));
   EXPECT_EQ(Call("DELETE", "/code/contexts/" + ctx).first, 200);
   absl::Time until = absl::Now() + absl::Seconds(10);
@@ -239,10 +242,7 @@ TEST_F(CodeE2eTest, InterpretersEndWithTheContextAndTheSandbox) {
 
   // A context's processes end with their sandbox.
   const std::string other = NewContext();
-  ASSERT_TRUE(RunIn(other, absl::StrCat("import subprocess\n"
-                                        "p = subprocess.Popen(['sh', '-c', 'sleep 300', '",
-                                        marker, "'])\n"))
-                  .completed);
+  ASSERT_TRUE(RunIn(other, start_child).completed);
   EXPECT_THAT(ProcessesWith(marker), SizeIs(1));
   EXPECT_EQ(interpreters().size(), before + 1);
   EXPECT_EQ(agent_->Node("DELETE", "/v1/sandboxes/" + id_).first, 200);
