@@ -25,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "node-agent/backend/adopted_cgroup.h"
+#include "node-agent/backend/direct_command.h"
 #include "node-agent/backend/freezer.h"
 #include "node-agent/backend/kept_cgroups.h"
 #include "node-agent/backend/namespace_ref.h"
@@ -164,6 +165,7 @@ struct KernelBackend::Command {
   std::optional<uint64_t> cpu_start_ns;
   uint64_t cpu_limit_ns = 0;
   bool settle_reports = false;  // ExecRequest::settle_reports
+  bool direct = false;          // exec'd without the shell (direct_command.h)
   // Guarded by the backend's mu_:
   bool started = false;
   bool start_failed = false;  // before execve: Exec reports it, no callback runs
@@ -604,7 +606,33 @@ absl::StatusOr<std::string> KernelBackend::Exec(absl::string_view id, const Exec
     }
     env.push_back(absl::StrCat(name, "=", value));
   }
+  // A command of plain words runs without the shell's extra process (direct_command.h), with
+  // the PWD the shell would have exported; if that exec fails, through the shell after all, so
+  // that its messages and exit codes are the shell's.
+  std::string path, pwd;
+  for (const auto& [name, value] : merged) {
+    if (name == "PATH") path = value;
+    if (name == "PWD") pwd = value;
+  }
+  if (pwd.empty() || pwd == cwd) {
+    if (std::optional<std::vector<std::string>> argv = DirectArgv(request.command, path)) {
+      std::vector<std::string> direct_env = env;
+      if (pwd.empty()) direct_env.push_back(absl::StrCat("PWD=", cwd));
+      bool exec_failed = false;
+      absl::StatusOr<std::string> started =
+          StartCommand(box, request, cwd, *argv, direct_env, &callbacks, &exec_failed);
+      if (!exec_failed) return started;
+    }
+  }
+  return StartCommand(box, request, cwd, {"/bin/sh", "-c", request.command}, env, &callbacks,
+                      nullptr);
+}
 
+absl::StatusOr<std::string> KernelBackend::StartCommand(
+    const std::shared_ptr<Box>& box, const ExecRequest& request, const std::string& cwd,
+    const std::vector<std::string>& argv, const std::vector<std::string>& env,
+    ExecCallbacks* callbacks, bool* exec_failed) {
+  const std::string& id = box->id;
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return ErrnoStatus("create the command's stdout pipe");
   UniqueFd out_r(out[0]), out_w(out[1]);
@@ -632,9 +660,10 @@ absl::StatusOr<std::string> KernelBackend::Exec(absl::string_view id, const Exec
         absl::StrCat("a cpu_timeout needs the sandbox's CPU time, which cannot be read: ",
                      cpu.status().message()));
   }
+  command->direct = exec_failed != nullptr;
   {
     absl::MutexLock cb(&command->cb_mu);
-    command->callbacks = std::move(callbacks);
+    command->callbacks = std::move(*callbacks);
   }
   const bool kept = box->sandbox->restart_grace_ms() > 0;
   {
@@ -660,8 +689,8 @@ absl::StatusOr<std::string> KernelBackend::Exec(absl::string_view id, const Exec
     }
   }
   absl::Status sent = box->sandbox->SendExec(
-      command->seq, cwd, {"/bin/sh", "-c", request.command}, env, dev_null_.get(), out_w.get(),
-      err_w.get(), kept ? command->out.get() : -1, kept ? command->err.get() : -1);
+      command->seq, cwd, argv, env, dev_null_.get(), out_w.get(), err_w.get(),
+      kept ? command->out.get() : -1, kept ? command->err.get() : -1);
   out_w.reset();
   err_w.reset();
   absl::MutexLock lock(&mu_);
@@ -687,6 +716,16 @@ absl::StatusOr<std::string> KernelBackend::Exec(absl::string_view id, const Exec
                      : absl::DeadlineExceededError("the sandbox did not start the command in time");
   }
   const sandbox::ReaperEvent& started = command->start_event;
+  if (command->direct && started.status != 0 && std::strcmp(started.step, "execve") == 0) {
+    // Not run: the caller runs it through the shell, with the callbacks back.
+    *exec_failed = true;
+    {
+      absl::MutexLock cb(&command->cb_mu);
+      *callbacks = std::move(command->callbacks);
+    }
+    forget();
+    return absl::FailedPreconditionError("the direct exec failed");
+  }
   if (command->start_failed) {
     // Exited (if it comes) finds the command finished and only cleans up.
     absl::Status error = StartError(started, cwd);
@@ -803,7 +842,9 @@ void KernelBackend::HandleInitEvents(const std::shared_ptr<Box>& box) {
       if (e.op == sandbox::ReaperOp::kStarted) {
         command->started = true;
         command->start_event = e;
-        command->start_failed = e.status != 0 && std::strcmp(e.step, "execve") != 0;
+        // A direct exec that failed is not run either: Exec runs it through the shell.
+        command->start_failed =
+            e.status != 0 && (std::strcmp(e.step, "execve") != 0 || command->direct);
         started_cv_.SignalAll();
         continue;
       }

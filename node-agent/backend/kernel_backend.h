@@ -152,6 +152,14 @@ class KernelBackend final : public SandboxBackend {
   // Takes over the sandbox of one record; its commands into `info`.
   absl::StatusOr<std::shared_ptr<Box>> AdoptOne(const std::string& id, const std::string& text,
                                                 AdoptedSandboxInfo* info);
+  // Exec's second half, for one argv: registers, sends and waits for the start. With
+  // `exec_failed` (a direct exec), an execve failure sets it and leaves the callbacks in
+  // `*callbacks` for a second try; else they are the command's.
+  absl::StatusOr<std::string> StartCommand(const std::shared_ptr<Box>& box,
+                                           const ExecRequest& request, const std::string& cwd,
+                                           const std::vector<std::string>& argv,
+                                           const std::vector<std::string>& env,
+                                           ExecCallbacks* callbacks, bool* exec_failed);
   std::string SpoolPath(absl::string_view id) const;
   // What no sandbox may see of the host: state_dir and private_paths.
   std::vector<std::string> PrivatePaths() const;

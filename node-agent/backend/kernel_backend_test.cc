@@ -270,6 +270,52 @@ TEST_F(KernelBackendTest, EnvironmentAndWorkingDirectory) {
   EXPECT_EQ(never.exits, 0);
 }
 
+// A command of plain words is exec'd without the shell (direct_command.h): its parent is init,
+// with the PWD the shell would export. Where that exec fails, the shell runs it after all, so its
+// messages, exit codes and script handling are the shell's.
+TEST_F(KernelBackendTest, PlainCommandsSkipTheShellAndFailAsTheShellWould) {
+  ASSERT_TRUE(backend_->Create(Spec("sb-direct")).ok());
+  Seen init;  // a shell's parent: init
+  Exec("sb-direct", "printf 'PPid:\\t%s\\n' $PPID", init);
+  ASSERT_TRUE(init.Wait());
+  ASSERT_THAT(init.out, ::testing::StartsWith("PPid:\t"));
+  Seen direct;
+  Exec("sb-direct", "/bin/grep PPid: /proc/self/status", direct);
+  ASSERT_TRUE(direct.Wait());
+  EXPECT_EQ(direct.out, init.out);  // init's child, not a shell's
+  Seen shell;
+  Exec("sb-direct", "/bin/grep PPid: /proc/self/status | /bin/cat", shell);
+  ASSERT_TRUE(shell.Wait());
+  EXPECT_NE(shell.out, init.out);  // an operator: through the shell
+  Seen env;
+  Exec("sb-direct", "env", env);  // found on PATH
+  ASSERT_TRUE(env.Wait());
+  EXPECT_THAT(env.out, HasSubstr("PWD=/workspace\n"));
+  EXPECT_EQ(env.exit.exit_code, 0);
+
+  Seen missing;
+  Exec("sb-direct", "no-such-program --flag", missing);
+  ASSERT_TRUE(missing.Wait());
+  EXPECT_EQ(missing.err, "/bin/sh: 1: no-such-program: not found\n");
+  EXPECT_EQ(missing.exit.exit_code, 127);
+  EXPECT_EQ(missing.exit.error, "");
+  EXPECT_EQ(missing.exits, 1);
+  // A script without a #! line: execve refuses it (ENOEXEC), the shell runs it.
+  Seen write;
+  Exec("sb-direct", "printf 'echo from the script\\n' > s; chmod +x s", write);
+  ASSERT_TRUE(write.Wait());
+  Seen script;
+  Exec("sb-direct", "./s", script);
+  ASSERT_TRUE(script.Wait());
+  EXPECT_EQ(script.out, "from the script\n");
+  EXPECT_EQ(script.exit.exit_code, 0);
+  Seen denied;
+  Exec("sb-direct", "/workspace", denied);  // a directory
+  ASSERT_TRUE(denied.Wait());
+  EXPECT_EQ(denied.err, "/bin/sh: 1: /workspace: Permission denied\n");
+  EXPECT_EQ(denied.exit.exit_code, 126);
+}
+
 TEST_F(KernelBackendTest, TimeoutKillsTheCommandTree) {
   ASSERT_TRUE(backend_->Create(Spec("sb-timeout")).ok());
   Seen seen;
