@@ -77,18 +77,27 @@ function script(home: string, port: string): Step[] {
 	];
 }
 
+// Pi's environment. Its temporary files (jiti's compiled extensions, node's compile cache) go
+// beside the home, removed with it: with /tmp they would outlive the test.
+function piEnv(home: string, extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+	const tmp = join(home, "..", "tmp");
+	mkdirSync(tmp, { recursive: true });
+	return {
+		PATH: process.env.PATH,
+		HOME: home,
+		TMPDIR: tmp,
+		PI_OFFLINE: "1",
+		...(PACKED ? {} : { MOAT_BIN }),
+		E2E_API_KEY: ENV_SECRET, // must never reach a sandboxed command
+		...extra,
+	};
+}
+
 function runPi(args: string[], cwd: string, home: string, timeoutMs = 120_000): Promise<{ code: number; stdout: string; stderr: string }> {
 	return new Promise((resolve, reject) => {
 		const child = spawn(PI_NODE as string, [PI_CLI as string, ...args], {
 			cwd,
-			env: {
-				PATH: process.env.PATH,
-				HOME: home,
-				PI_OFFLINE: "1",
-				PI_SKIP_VERSION_CHECK: "1",
-				...(PACKED ? {} : { MOAT_BIN }),
-				E2E_API_KEY: ENV_SECRET, // Pi's environment: must never reach a sandboxed command
-			},
+			env: piEnv(home, { PI_SKIP_VERSION_CHECK: "1" }),
 			stdio: ["ignore", "pipe", "pipe"],
 		});
 		let stdout = "";
@@ -140,6 +149,8 @@ async function session(withExtension: boolean): Promise<Run> {
 		.split("\n")
 		.filter((l) => l.startsWith("{"))
 		.map((l) => JSON.parse(l));
+	// Loading the extension compiled it into the test's TMPDIR, not into /tmp.
+	if (withExtension) assert.ok(existsSync(join(base, "tmp", "jiti")), `no ${join(base, "tmp", "jiti")}: Pi wrote its temporary files elsewhere`);
 	if (process.env.E2E_VERBOSE) for (const [id, t] of toolResults(live.requests)) console.error(`${withExtension ? "with" : "without"} ${id}: ${JSON.stringify(t).slice(0, 300)}`);
 	return { home, project, model: live, results: toolResults(live.requests), events, exitCode: out.code, stderr: out.stderr };
 }
@@ -294,7 +305,7 @@ describe("Pi's RPC mode: the start-up notice, ! commands and /moat", { skip: ski
 
 		const child = spawn(PI_NODE as string, [PI_CLI as string, "--mode", "rpc", "--provider", "fake", "--model", "fake-model", "--no-session"], {
 			cwd: project,
-			env: { PATH: process.env.PATH, HOME: home, PI_OFFLINE: "1", ...(PACKED ? {} : { MOAT_BIN }), E2E_API_KEY: ENV_SECRET },
+			env: piEnv(home),
 			stdio: ["pipe", "pipe", "pipe"],
 		});
 		const lines: any[] = [];
