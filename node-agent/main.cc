@@ -93,6 +93,21 @@ absl::StatusOr<std::unique_ptr<ControllerLink>> MakeControllerLink(const AgentCo
       report);
 }
 
+// Deletes every sandbox the agent still serves (a stop without a restart grace), each cleaned
+// and checked as a client's delete is: the service logs what one leaves behind, and the next
+// start's crash cleanup looks for it again.
+void EndSandboxesAtStop(SandboxService& service) {
+  int ended = 0, failed = 0;
+  for (const SandboxRecord& record : service.List()) {
+    absl::StatusOr<CleanupReport> report = service.Delete(record.id);
+    ++(report.ok() && report->clean() ? ended : failed);
+  }
+  if (ended + failed == 0) return;
+  LogInfo(absl::StrCat("stopping: ended ", ended, " sandbox", ended == 1 ? "" : "es",
+                       failed > 0 ? absl::StrCat(", ", failed, " not cleaned (above)") : "",
+                       " (no restart_grace: nothing outlives this agent)"));
+}
+
 int Run(int argc, char** argv) {
   // Debian's abseil has absl::Mutex's deadlock detection on (a debugging aid, off in upstream's
   // NDEBUG builds): every lock records its order in one global graph under a global lock. In the
@@ -303,9 +318,10 @@ int Run(int argc, char** argv) {
   if (link) link->Stop();
   execd.StopStreams();
   (*api)->Stop();  // Finishes requests in flight.
-  // Warm sandboxes first, while the backend is still here. The kernel backend then destroys
-  // the rest when it goes: a sandbox's init exits with the agent anyway (its socket closes), so
-  // a stop or restart ends every sandbox of the node; the controller reschedules.
+  // Warm sandboxes first, while the backend is still here. Without a grace a sandbox's init
+  // exits with the agent anyway (its socket closes), so a stop or restart ends every sandbox of
+  // the node (the controller reschedules): each is deleted here as a client's delete would be,
+  // so that what it leaves behind is found and said.
   service.StopPool();
   service.WaitRecycled(absl::Seconds(30));
   if (keep_sandboxes) {
@@ -314,9 +330,12 @@ int Run(int argc, char** argv) {
     backend->Release();
     LogInfo(absl::StrCat("left the sandboxes running for the next agent (restart_grace ",
                          absl::FormatDuration(config->restart_grace), ")"));
-  } else if (store.has_value()) {
-    // Nothing outlives this agent: no record may make the next one look for it.
-    for (const SandboxRecord& r : registry.List()) store->Remove(r.id);
+  } else {
+    EndSandboxesAtStop(service);
+    if (store.has_value()) {
+      // Nothing outlives this agent: no record may make the next one look for it.
+      for (const SandboxRecord& r : registry.List()) store->Remove(r.id);
+    }
   }
   // The backend outlives the service (declared before it) and ends the remaining sandboxes when
   // it goes; their probes' last reports must not reach a service that is gone.

@@ -212,6 +212,34 @@ TEST_F(AgentE2eTest, KilledAgentLeavesNothingAfterRestart) {
   std::filesystem::remove_all(std::filesystem::path(state_dir).parent_path());
 }
 
+// Without a restart grace a stop ends the agent's sandboxes before it exits, each deleted as a
+// client's delete is (their processes, cgroups and mounts gone when the agent is), and says so.
+TEST_F(AgentE2eTest, AStopWithoutGraceEndsEverySandboxAndSaysSo) {
+  const HostSnapshot before = SnapshotHost();
+  const std::string marker = absl::StrCat("7", ::getpid(), "17");  // sleep 1000.<marker>
+  std::unique_ptr<AgentProcess> agent = StartAgent();
+  ASSERT_NE(agent, nullptr);
+  for (int i = 0; i < 2; ++i) {
+    auto sandbox = agent->CreateSandbox();
+    ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+    EXPECT_EQ(agent
+                  ->Run(sandbox->first, sandbox->second, absl::StrCat("sleep 1000.", marker),
+                        nullptr, R"({"background": true})")
+                  .http_status,
+              200);
+  }
+  for (int i = 0; i < Rounds(100) && ProcessesWith(marker).size() < 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(ProcessesWith(marker).size(), 2u) << "the background commands did not start";
+  const pid_t pid = agent->pid();
+  EXPECT_EQ(agent->Stop(), 0);
+  EXPECT_THAT(agent->Log(), HasSubstr("stopping: ended 2 sandboxes (no restart_grace"));
+  EXPECT_THAT(ProcessesWith(marker), IsEmpty());
+  EXPECT_THAT(AgentCgroups(pid), IsEmpty());
+  EXPECT_EQ(SnapshotHost().mounts, before.mounts);
+}
+
 // Many concurrent commands for a while: no failures, and no growth in the agent's descriptors
 // or memory, in host mounts or in cgroups. MOAT_AGENT_LOAD_SECONDS sets the duration (120 s).
 TEST_F(AgentE2eTest, LoadWithoutLeaks) {

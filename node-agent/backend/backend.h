@@ -68,8 +68,10 @@ struct CleanupReport {
 };
 
 struct ExecRequest {
-  std::string command;  // Run by /bin/sh -c inside the sandbox, as execd's RunCommand does.
-  std::string cwd;      // Absolute path inside the sandbox; empty: /workspace.
+  // Run by /bin/sh -c inside the sandbox, as execd's RunCommand does; plain words are exec'd
+  // directly, as the shell would run them (direct_command.h).
+  std::string command;
+  std::string cwd;  // Absolute path inside the sandbox; empty: /workspace.
   std::vector<std::pair<std::string, std::string>> env;  // The whole environment of the command.
   absl::Duration timeout = absl::InfiniteDuration();     // Wall-clock; then the tree is killed.
   // CPU time the sandbox's cgroup may use while the command runs; then the command's tree is
