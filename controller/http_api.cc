@@ -266,17 +266,23 @@ void HttpApi::NodeRoutes() {
               {"heartbeat_interval_seconds",
                absl::ToDoubleSeconds(options_.config->heartbeat_interval)}});
   });
-  s.Post(R"(/internal/v1/nodes/([a-z0-9][a-z0-9._-]{0,62})/heartbeat)",
-         [this](const httplib::Request& req, httplib::Response& res) {
-           std::string name = req.matches[1].str();
-           absl::StatusOr<NodeReport> report = ParseHeartbeat(req.body);
-           if (!report.ok()) return SendStatus(res, report.status());
-           absl::StatusOr<bool> first =
-               nodes_->Heartbeat(name, BearerToken(req.get_header_value("Authorization")), *report);
-           if (!first.ok()) return SendStatus(res, first.status());
-           SendJson(res, 200, json::object());
-           if (*first && on_join_) on_join_(name);
-         });
+  s.Post(
+      R"(/internal/v1/nodes/([a-z0-9][a-z0-9._-]{0,62})/heartbeat)",
+      [this](const httplib::Request& req, httplib::Response& res) {
+        std::string name = req.matches[1].str();
+        absl::StatusOr<HeartbeatRequest> heartbeat = ParseHeartbeat(req.body);
+        if (!heartbeat.ok()) return SendStatus(res, heartbeat.status());
+        absl::StatusOr<bool> first =
+            nodes_->Heartbeat(name, BearerToken(req.get_header_value("Authorization")),
+                              std::move(heartbeat->report), heartbeat->away);
+        if (!first.ok()) return SendStatus(res, first.status());
+        if (heartbeat->away > absl::ZeroDuration()) {
+          LogInfo(absl::StrCat("node ", name, " is restarting its agent; its sandboxes are kept ",
+                               absl::FormatDuration(heartbeat->away), " for the next one"));
+        }
+        SendJson(res, 200, json::object());
+        if (*first && on_join_) on_join_(name);
+      });
   s.Get("/v1/nodes", [this](const httplib::Request& req, httplib::Response& res) {
     std::string tenant;
     if (!Tenant(req, res, &tenant)) return;

@@ -651,11 +651,20 @@ absl::StatusOr<JoinRequest> ParseJoinRequest(absl::string_view body) {
   return j;
 }
 
-absl::StatusOr<NodeReport> ParseHeartbeat(absl::string_view body) {
+absl::StatusOr<HeartbeatRequest> ParseHeartbeat(absl::string_view body) {
   ASSIGN_OR_RETURN(json doc, ParseObject(body));
-  RETURN_IF_ERROR(CheckFields(doc, "", {"report"}));
+  RETURN_IF_ERROR(CheckFields(doc, "", {"report", "away_for_seconds"}));
   if (!doc.contains("report")) return Bad("report", "is required");
-  return ParseReport(doc["report"]);
+  HeartbeatRequest h;
+  ASSIGN_OR_RETURN(h.report, ParseReport(doc["report"]));
+  if (doc.contains("away_for_seconds")) {
+    const json& away = doc["away_for_seconds"];
+    if (!away.is_number_integer() || away.get<int64_t>() < 1 || away.get<int64_t>() > 3600) {
+      return Bad("away_for_seconds", "must be whole seconds from 1 to 3600");
+    }
+    h.away = absl::Seconds(away.get<int64_t>());
+  }
+  return h;
 }
 
 json NodeJson(const NodeView& n) {
@@ -682,7 +691,10 @@ json NodeJson(const NodeView& n) {
           {"allocated", resources(n.allocated)},
           {"sandboxes", n.sandboxes},
           {"joinedAt", FormatApiTime(n.joined_at)},
-          {"lastHeartbeat", FormatApiTime(n.last_heartbeat)}};
+          {"lastHeartbeat", FormatApiTime(n.last_heartbeat)},
+          // While its agent restarts (the time it gave itself), else null.
+          {"awayUntil", n.away_until != absl::InfinitePast() ? json(FormatApiTime(n.away_until))
+                                                             : json(nullptr)}};
 }
 
 }  // namespace moat::controller

@@ -90,8 +90,14 @@ struct JoinRequest {
   NodeReport report;  // Without agent_token: that comes with the first heartbeat.
 };
 absl::StatusOr<JoinRequest> ParseJoinRequest(absl::string_view body);
-// {"report": {...}}, with agent_token.
-absl::StatusOr<NodeReport> ParseHeartbeat(absl::string_view body);
+struct HeartbeatRequest {
+  NodeReport report;  // With agent_token.
+  // The agent stops and leaves its sandboxes running for the next one (its restart_grace):
+  // the node is not schedulable, and not lost, for this long. Zero: an ordinary heartbeat.
+  absl::Duration away = absl::ZeroDuration();
+};
+// {"report": {...}, "away_for_seconds": N (optional, 1 to 3600)}.
+absl::StatusOr<HeartbeatRequest> ParseHeartbeat(absl::string_view body);
 nlohmann::json NodeJson(const NodeView& node);
 
 // Kubernetes quantities: "500m" -> 0.5 cores; "512Mi" -> 536870912 bytes.

@@ -116,6 +116,20 @@ TEST(JoinRequestTest, StrictAndWithoutTheToken) {
   EXPECT_FALSE(ParseHeartbeat(R"({"report": {"agent_url": "ftp://a", "arch": "x"}})").ok());
   EXPECT_FALSE(
       ParseHeartbeat(R"({"report": {"agent_url": "http://a", "arch": "x", "bogus": 1}})").ok());
+  auto plain = ParseHeartbeat(R"({"report": {"agent_url": "http://a", "arch": "x"}})");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->away, absl::ZeroDuration());
+  auto away = ParseHeartbeat(
+      R"({"report": {"agent_url": "http://a", "arch": "x"}, "away_for_seconds": 60})");
+  ASSERT_TRUE(away.ok()) << away.status();
+  EXPECT_EQ(away->away, absl::Seconds(60));
+  for (const char* bad : {"0", "3601", "1.5", "\"60\"", "-1"}) {
+    EXPECT_FALSE(
+        ParseHeartbeat(absl::StrCat(R"({"report": {"agent_url": "http://a", "arch": "x"},)",
+                                    R"( "away_for_seconds": )", bad, "}"))
+            .ok())
+        << bad;
+  }
 }
 
 }  // namespace

@@ -20,12 +20,13 @@ absl::StatusOr<std::string> NodeTable::Join(const std::string& name, NodeReport 
   node.session_token = session;
   node.state = NodeState::kReady;
   node.last_heartbeat = now;
+  node.away_until = absl::InfinitePast();
   ChangedLocked(name, node);
   return session;
 }
 
 absl::StatusOr<bool> NodeTable::Heartbeat(const std::string& name, absl::string_view session_token,
-                                          NodeReport report) {
+                                          NodeReport report, absl::Duration away) {
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(name);
   if (it == nodes_.end()) {
@@ -43,8 +44,10 @@ absl::StatusOr<bool> NodeTable::Heartbeat(const std::string& name, absl::string_
   report.arch = scheduler::NormalizeArch(report.arch);
   bool first = node.report.agent_token.empty() && !report.agent_token.empty();
   node.report = std::move(report);
-  node.state = NodeState::kReady;
   node.last_heartbeat = clock_->Now();
+  const bool leaving = away > absl::ZeroDuration();
+  node.away_until = leaving ? node.last_heartbeat + away : absl::InfinitePast();
+  node.state = leaving ? NodeState::kNotReady : NodeState::kReady;
   ChangedLocked(name, node);
   return first;
 }
@@ -62,9 +65,9 @@ std::vector<std::string> NodeTable::Tick() {
   for (auto& [name, node] : nodes_) {
     absl::Duration silent = now - node.last_heartbeat;
     NodeState next = node.state;
-    if (silent >= options_.lost_after) {
+    if (silent >= options_.lost_after && now >= node.away_until) {
       next = NodeState::kLost;
-    } else if (silent >= options_.heartbeat_interval * options_.misses) {
+    } else if (silent >= options_.heartbeat_interval * options_.misses || now < node.away_until) {
       next = NodeState::kNotReady;
     }
     if (next == node.state) continue;
@@ -195,6 +198,9 @@ NodeView NodeTable::ViewLocked(const std::string& name, const Node& node) const 
   for (const auto& [tenant, n] : node.tenant_sandboxes) v.sandboxes += n;
   v.joined_at = node.joined_at;
   v.last_heartbeat = node.last_heartbeat;
+  if (node.state != NodeState::kLost && clock_->Now() < node.away_until) {
+    v.away_until = node.away_until;
+  }
   return v;
 }
 

@@ -4,7 +4,10 @@
 // restart the agents re-join within one heartbeat and report themselves again.
 //
 // Node states follow scheduler::NodeState (drawn in scheduler/framework.h): Tick() moves a node
-// to NotReady after `misses` heartbeat intervals without one, and to Lost after `lost_after`.
+// to NotReady after `misses` heartbeat intervals without one, and to Lost after `lost_after`. An
+// agent that stops and leaves its sandboxes to the next one (an upgrade, a DaemonSet rollout)
+// says for how long: until then the node is NotReady (nothing new goes there) but never Lost,
+// so its sandboxes are not given up while the next agent re-adopts them.
 //
 // Locking: one mutex guards every node. The scheduler reads immutable snapshots (Snapshot());
 // a decision made on a snapshot is confirmed by Reserve(), which re-checks the fit against the
@@ -55,6 +58,8 @@ struct NodeView {
   scheduler::Resources allocated;
   int sandboxes = 0;
   absl::Time joined_at, last_heartbeat;
+  // While its agent restarts (Heartbeat's `away`): until when; else InfinitePast.
+  absl::Time away_until = absl::InfinitePast();
 };
 
 struct NodeTableOptions {
@@ -82,9 +87,11 @@ class NodeTable {
   absl::StatusOr<std::string> Join(const std::string& name, NodeReport report);
   // True for the first heartbeat after a join (the first to carry the agent's token: the node
   // can now be reconciled). Unauthenticated (wrong or stale session token) or NotFound (not
-  // joined, or lost: join again).
+  // joined, or lost: join again). A non-zero `away` is the agent's last heartbeat before a
+  // restart that keeps its sandboxes: NotReady at once, not Lost before `away` has passed (or
+  // `lost_after` since this heartbeat, whichever is later); the next join or heartbeat ends it.
   absl::StatusOr<bool> Heartbeat(const std::string& name, absl::string_view session_token,
-                                 NodeReport report);
+                                 NodeReport report, absl::Duration away = absl::ZeroDuration());
   // Applies the clock: Ready -> NotReady -> Lost. Returns the nodes that became Lost just now.
   std::vector<std::string> Tick();
   // Forgets every node: their heartbeats get NotFound and they join again. For a replica whose
@@ -120,6 +127,7 @@ class NodeTable {
     scheduler::Resources allocated;
     std::map<std::string, int> tenant_sandboxes;
     absl::Time joined_at, last_heartbeat;
+    absl::Time away_until = absl::InfinitePast();
     std::shared_ptr<const scheduler::NodeInfo> info;  // What snapshots share; remade on change.
   };
   // The state the scheduler, the API and the metrics see: NotReady until the first heartbeat

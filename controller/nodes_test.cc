@@ -50,6 +50,45 @@ TEST_F(NodeTableTest, ThreeMissedHeartbeatsMakeNotReadyAndTheGraceMakesLost) {
   EXPECT_EQ(table_.Get("n1")->state, NodeState::kReady);
 }
 
+// An agent that restarts and leaves its sandboxes to the next one says for how long: the node
+// takes nothing new meanwhile, and is not lost (its sandboxes given up) before that time is up.
+TEST_F(NodeTableTest, AnAgentAwayForARestartIsNotReadyButNotLostUntilItsTimeIsUp) {
+  auto session = table_.Join("n1", Report());
+  ASSERT_TRUE(session.ok());
+  ASSERT_TRUE(table_.Heartbeat("n1", *session, Report(), absl::Seconds(60)).ok());
+  EXPECT_EQ(table_.Get("n1")->state, NodeState::kNotReady);
+  EXPECT_EQ(table_.Snapshot()->nodes.at(0)->state, NodeState::kNotReady);
+  EXPECT_EQ(table_.Get("n1")->away_until, clock_.Now() + absl::Seconds(60));
+  clock_.Advance(absl::Seconds(59));  // Past lost_after (30 s), within the 60 s.
+  EXPECT_TRUE(table_.Tick().empty());
+  EXPECT_EQ(table_.Get("n1")->state, NodeState::kNotReady);
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_THAT(table_.Tick(), ::testing::ElementsAre("n1"));
+  EXPECT_EQ(table_.Get("n1")->away_until, absl::InfinitePast());
+
+  // The next agent joins in time: Ready, and nothing of the absence is left.
+  session = table_.Join("n1", Report());
+  ASSERT_TRUE(session.ok());
+  ASSERT_TRUE(table_.Heartbeat("n1", *session, Report(), absl::Seconds(60)).ok());
+  clock_.Advance(absl::Seconds(10));
+  session = table_.Join("n1", Report());
+  ASSERT_TRUE(session.ok());
+  EXPECT_EQ(table_.Get("n1")->state, NodeState::kReady);
+  EXPECT_EQ(table_.Get("n1")->away_until, absl::InfinitePast());
+  clock_.Advance(absl::Seconds(30));  // lost_after again counts from its last heartbeat.
+  EXPECT_THAT(table_.Tick(), ::testing::ElementsAre("n1"));
+
+  // An absence shorter than lost_after does not shorten lost_after.
+  session = table_.Join("n1", Report());
+  ASSERT_TRUE(session.ok());
+  ASSERT_TRUE(table_.Heartbeat("n1", *session, Report(), absl::Seconds(5)).ok());
+  clock_.Advance(absl::Seconds(29));
+  EXPECT_TRUE(table_.Tick().empty());
+  EXPECT_EQ(table_.Get("n1")->state, NodeState::kNotReady);
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_THAT(table_.Tick(), ::testing::ElementsAre("n1"));
+}
+
 // A replica that leads again after another led: its table is stale. Cleared, its nodes are
 // not reported lost (which would fail their sandboxes with NODE_LOST): they join again.
 TEST_F(NodeTableTest, ClearedNodesAreNotLostButJoinAgain) {

@@ -3,6 +3,8 @@
 #include <httplib.h>
 #include <sys/utsname.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "sandbox/cgroup/cgroup.h"
@@ -90,6 +92,24 @@ void ControllerLink::Stop() {
   thread_.join();
 }
 
+void ControllerLink::Leave(absl::Duration away) {
+  Stop();
+  std::string session;
+  {
+    absl::MutexLock lock(&mu_);
+    session = session_;
+  }
+  if (session.empty()) return;
+  absl::Status sent = Heartbeat(session, away);
+  if (sent.ok()) {
+    LogInfo(absl::StrCat("told the controller the sandboxes stay ", absl::FormatDuration(away),
+                         " for the next agent"));
+  } else {
+    LogWarning(absl::StrCat("could not tell the controller the sandboxes stay (it gives the node ",
+                            "up after its lost_after): ", sent.message()));
+  }
+}
+
 bool ControllerLink::Healthy() const {
   absl::MutexLock lock(&mu_);
   return healthy_;
@@ -122,8 +142,13 @@ absl::StatusOr<std::string> ControllerLink::Join() {
   return answer["session_token"].get<std::string>();
 }
 
-absl::Status ControllerLink::Heartbeat(const std::string& session) {
+absl::Status ControllerLink::Heartbeat(const std::string& session, absl::Duration away) {
   json body = {{"report", report_()}};
+  if (away > absl::ZeroDuration()) {
+    // Whole seconds, at least 1, at most what the controller takes (3600).
+    body["away_for_seconds"] =
+        std::clamp<int64_t>(absl::ToInt64Seconds(absl::Ceil(away, absl::Seconds(1))), 1, 3600);
+  }
   auto client = Client(options_);
   httplib::Headers headers = {{"Authorization", absl::StrCat("Bearer ", session)}};
   return FromHttp(
@@ -155,6 +180,7 @@ void ControllerLink::Loop() {
     {
       absl::MutexLock lock(&mu_);
       healthy_ = st.ok() && !session.empty();
+      session_ = healthy_ ? session : "";
     }
     // After a refused heartbeat, join again soon; otherwise wait one interval.
     stop_.WaitForNotificationWithTimeout(session.empty() && !st.ok()

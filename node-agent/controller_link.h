@@ -3,7 +3,8 @@
 // controller's proof back before it sends anything secret, then sends a heartbeat every
 // interval with what the node has (architecture, kernel, cgroup version, capacity and usage,
 // warm sandboxes per profile, labels and taints). A heartbeat the controller refuses (it
-// restarted, or gave the node up as lost) makes the link join again.
+// restarted, or gave the node up as lost) makes the link join again. An agent that stops and
+// leaves its sandboxes to the next one says so in a last heartbeat (Leave).
 #pragma once
 
 #include <functional>
@@ -39,11 +40,16 @@ class ControllerLink {
 
   void Start();
   void Stop();
+  // Stops, then tells the controller the node's sandboxes stay for `away` (the restart grace)
+  // for the next agent: the controller schedules nothing there meanwhile and does not give the
+  // node up as lost before that. Nothing is sent unless the link had joined.
+  void Leave(absl::Duration away);
   // Joined and the last heartbeat was accepted (tests).
   bool Healthy() const;
   // One join; the session token. Exposed for tests.
   absl::StatusOr<std::string> Join();
-  absl::Status Heartbeat(const std::string& session);
+  // `away`: see Leave; zero for an ordinary heartbeat.
+  absl::Status Heartbeat(const std::string& session, absl::Duration away = absl::ZeroDuration());
 
  private:
   void Loop();
@@ -54,6 +60,7 @@ class ControllerLink {
   absl::Notification stop_;
   mutable absl::Mutex mu_;
   bool healthy_ ABSL_GUARDED_BY(mu_) = false;
+  std::string session_ ABSL_GUARDED_BY(mu_);  // The last join's, while its heartbeats pass.
 };
 
 // The agent's report: the fields the controller's ParseHeartbeat reads.

@@ -185,6 +185,33 @@ TEST(ControllerLinkTest, AControllerWithoutTheTokenGetsNoSecret) {
   EXPECT_TRUE(impostor.heartbeats().empty());
 }
 
+// An agent that stops and leaves its sandboxes running says for how long, in whole seconds
+// rounded up, in one last heartbeat; its ordinary heartbeats say nothing of it.
+TEST(ControllerLinkTest, LeavingSaysHowLongTheSandboxesStay) {
+  FakeController controller(kJoinToken);
+  ControllerLink link({controller.url(), kJoinToken, "n1", absl::Milliseconds(50)},
+                      [] { return NodeReportJson(Facts()); });
+  link.Start();
+  ASSERT_TRUE(WaitFor([&] { return controller.heartbeats().size() >= 2; }));
+  link.Leave(absl::Seconds(60) + absl::Milliseconds(300));
+  const std::vector<json> heartbeats = controller.heartbeats();
+  for (size_t i = 0; i + 1 < heartbeats.size(); ++i) {
+    EXPECT_FALSE(heartbeats[i].contains("away_for_seconds")) << heartbeats[i].dump();
+  }
+  EXPECT_EQ(heartbeats.back().value("away_for_seconds", 0), 61);
+  EXPECT_EQ(heartbeats.back()["report"]["agent_token"], "node-token-0123456789abcdef");
+  EXPECT_EQ(controller.sessions().back(), "Bearer session-1");
+
+  // A link that never joined has nobody to tell.
+  FakeController impostor("another-token-0123456789", /*check_agent_proof=*/false);
+  ControllerLink unjoined({impostor.url(), kJoinToken, "n2", absl::Milliseconds(50)},
+                          [] { return NodeReportJson(Facts()); });
+  unjoined.Start();
+  absl::SleepFor(absl::Milliseconds(200));
+  unjoined.Leave(absl::Seconds(60));
+  EXPECT_TRUE(impostor.heartbeats().empty());
+}
+
 TEST(ControllerLinkTest, JoinsAgainWhenAHeartbeatIsRefused) {
   FakeController controller(kJoinToken);
   ControllerLink link({controller.url(), kJoinToken, "n1", absl::Milliseconds(50)},

@@ -315,7 +315,14 @@ int Run(int argc, char** argv) {
     }
     service.DeleteExpired();
   }
-  if (link) link->Stop();
+  if (link) {
+    // A restart that keeps the sandboxes: the controller waits for the next agent that long.
+    if (keep_sandboxes) {
+      link->Leave(config->restart_grace);
+    } else {
+      link->Stop();
+    }
+  }
   execd.StopStreams();
   (*api)->Stop();  // Finishes requests in flight.
   // Warm sandboxes first, while the backend is still here. Without a grace a sandbox's init

@@ -85,6 +85,32 @@ TEST_F(ControllerE2eTest, AKilledAgentsSandboxesBecomeNodeLostAndNewOnesGoElsewh
   EXPECT_EQ(AgentSandboxes("a2").size(), 1u);
 }
 
+// An agent stopped (an upgrade, a DaemonSet rollout) leaves its sandboxes running for the next
+// one (restart_grace, 60 s by default) and tells the controller so: the node is NotReady, not
+// Lost, past lost_after, its sandbox stays Running, and the next agent on the same state
+// directory serves it again.
+TEST_F(ControllerE2eTest, AnAgentRestartKeepsItsSandboxesRunning) {
+  ASSERT_TRUE(fleet_->StartAgent({.name = "a1", .pool_floor = 0}).ok());
+  auto [status, sb] = fleet_->Call("POST", "/v1/sandboxes", kCreate);
+  ASSERT_EQ(sb["status"]["state"], "Running") << sb.dump();
+  const std::string id = sb["id"];
+  fleet_->agent("a1").Kill(SIGTERM);
+  EXPECT_EQ(fleet_->NodeState("a1"), "NotReady");
+  auto [nstatus, nodes] = fleet_->Call("GET", "/v1/nodes");
+  ASSERT_EQ(nodes["items"].size(), 1u) << nodes.dump();
+  EXPECT_TRUE(nodes["items"][0]["awayUntil"].is_string()) << nodes.dump();
+  absl::SleepFor(Scaled(absl::Seconds(9)));  // Past lost_after (Scaled(6) s).
+  EXPECT_EQ(fleet_->NodeState("a1"), "NotReady");
+  EXPECT_EQ(fleet_->Call("GET", "/v1/sandboxes/" + id).second["status"]["state"], "Running");
+
+  ASSERT_TRUE(fleet_->StartAgent({.name = "a1", .pool_floor = 0}).ok());
+  EXPECT_EQ(fleet_->Call("GET", "/v1/sandboxes/" + id).second["status"]["state"], "Running");
+  std::map<std::string, std::string> served = AgentSandboxes("a1");
+  ASSERT_EQ(served.size(), 1u);
+  EXPECT_EQ(served.begin()->second, id);
+  EXPECT_THAT(fleet_->controller().Log(), HasSubstr("node a1 is restarting its agent"));
+}
+
 // Creates run from two clients while the controller is killed with SIGKILL; after a restart
 // every sandbox whose create was answered Running is there exactly once, and the agents run
 // nothing the controller does not know (orphans of unanswered creates are deleted).
