@@ -133,6 +133,12 @@ NodeFacts Facts() {
   return f;
 }
 
+// A link to `controller` with the join token, heartbeating every 50 ms, reporting Facts().
+ControllerLinkOptions LinkTo(const FakeController& controller, std::string name = "n1") {
+  return {controller.url(), kJoinToken, std::move(name), absl::Milliseconds(50)};
+}
+nlohmann::json Report() { return NodeReportJson(Facts()); }
+
 bool WaitFor(const std::function<bool()>& check) {
   for (int i = 0; i < 500; ++i) {
     if (check()) return true;
@@ -143,8 +149,7 @@ bool WaitFor(const std::function<bool()>& check) {
 
 TEST(ControllerLinkTest, JoinsThenHeartbeatsWithTheReport) {
   FakeController controller(kJoinToken);
-  ControllerLink link({controller.url(), kJoinToken, "n1", absl::Milliseconds(50)},
-                      [] { return NodeReportJson(Facts()); });
+  ControllerLink link(LinkTo(controller), Report);
   link.Start();
   ASSERT_TRUE(WaitFor([&] { return controller.heartbeats().size() >= 3; }));
   EXPECT_TRUE(link.Healthy());
@@ -172,8 +177,7 @@ TEST(ControllerLinkTest, JoinsThenHeartbeatsWithTheReport) {
 TEST(ControllerLinkTest, AControllerWithoutTheTokenGetsNoSecret) {
   // It answers the join, but cannot compute the proof: the agent must not heartbeat to it.
   FakeController impostor("another-token-0123456789", /*check_agent_proof=*/false);
-  ControllerLink link({impostor.url(), kJoinToken, "n1", absl::Milliseconds(50)},
-                      [] { return NodeReportJson(Facts()); });
+  ControllerLink link(LinkTo(impostor), Report);
   auto joined = link.Join();
   EXPECT_FALSE(joined.ok());
   EXPECT_TRUE(absl::IsUnauthenticated(joined.status())) << joined.status();
@@ -189,8 +193,7 @@ TEST(ControllerLinkTest, AControllerWithoutTheTokenGetsNoSecret) {
 // rounded up, in one last heartbeat; its ordinary heartbeats say nothing of it.
 TEST(ControllerLinkTest, LeavingSaysHowLongTheSandboxesStay) {
   FakeController controller(kJoinToken);
-  ControllerLink link({controller.url(), kJoinToken, "n1", absl::Milliseconds(50)},
-                      [] { return NodeReportJson(Facts()); });
+  ControllerLink link(LinkTo(controller), Report);
   link.Start();
   ASSERT_TRUE(WaitFor([&] { return controller.heartbeats().size() >= 2; }));
   link.Leave(absl::Seconds(60) + absl::Milliseconds(300));
@@ -204,8 +207,7 @@ TEST(ControllerLinkTest, LeavingSaysHowLongTheSandboxesStay) {
 
   // A link that never joined has nobody to tell.
   FakeController impostor("another-token-0123456789", /*check_agent_proof=*/false);
-  ControllerLink unjoined({impostor.url(), kJoinToken, "n2", absl::Milliseconds(50)},
-                          [] { return NodeReportJson(Facts()); });
+  ControllerLink unjoined(LinkTo(impostor, "n2"), Report);
   unjoined.Start();
   absl::SleepFor(absl::Milliseconds(200));
   unjoined.Leave(absl::Seconds(60));
@@ -214,8 +216,7 @@ TEST(ControllerLinkTest, LeavingSaysHowLongTheSandboxesStay) {
 
 TEST(ControllerLinkTest, JoinsAgainWhenAHeartbeatIsRefused) {
   FakeController controller(kJoinToken);
-  ControllerLink link({controller.url(), kJoinToken, "n1", absl::Milliseconds(50)},
-                      [] { return NodeReportJson(Facts()); });
+  ControllerLink link(LinkTo(controller), Report);
   link.Start();
   ASSERT_TRUE(WaitFor([&] { return controller.heartbeats().size() >= 2; }));
   controller.RefuseNextHeartbeat();
