@@ -314,6 +314,26 @@ TEST_F(KernelBackendTest, PlainCommandsSkipTheShellAndFailAsTheShellWould) {
   ASSERT_TRUE(denied.Wait());
   EXPECT_EQ(denied.err, "/bin/sh: 1: /workspace: Permission denied\n");
   EXPECT_EQ(denied.exit.exit_code, 126);
+
+  // A signal that ends the program ends the command itself (as with bash -c), where dash would
+  // have reported it as its own exit status 128 + N (docs/execd.md).
+  Seen direct_killed, shell_killed;
+  Exec("sb-direct", "sleep 101", direct_killed);
+  Exec("sb-direct", "sleep 102 # a comment: through the shell", shell_killed);
+  for (int i = 0;
+       i < 100 && !(direct_killed.done.HasBeenNotified() && shell_killed.done.HasBeenNotified());
+       ++i) {
+    Seen kill;  // the shell's sleep may not have started yet: again until both ended
+    Exec("sb-direct", "pkill -KILL -x sleep", kill);
+    ASSERT_TRUE(kill.Wait());
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(direct_killed.Wait());
+  ASSERT_TRUE(shell_killed.Wait());
+  EXPECT_EQ(direct_killed.exit.signal, SIGKILL);
+  EXPECT_EQ(direct_killed.exit.exit_code, 128 + SIGKILL);
+  EXPECT_EQ(shell_killed.exit.signal, 0);
+  EXPECT_EQ(shell_killed.exit.exit_code, 128 + SIGKILL);
 }
 
 TEST_F(KernelBackendTest, TimeoutKillsTheCommandTree) {
