@@ -180,7 +180,7 @@ void ControllerLink::Loop() {
     {
       absl::MutexLock lock(&mu_);
       healthy_ = st.ok() && !session.empty();
-      session_ = healthy_ ? session : "";
+      session_ = session;
     }
     // After a refused heartbeat, join again soon; otherwise wait one interval.
     stop_.WaitForNotificationWithTimeout(session.empty() && !st.ok()

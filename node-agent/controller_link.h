@@ -60,7 +60,9 @@ class ControllerLink {
   absl::Notification stop_;
   mutable absl::Mutex mu_;
   bool healthy_ ABSL_GUARDED_BY(mu_) = false;
-  std::string session_ ABSL_GUARDED_BY(mu_);  // The last join's, while its heartbeats pass.
+  // The last join's session until the controller refuses it (a heartbeat that failed otherwise,
+  // a timeout, leaves it valid): what Leave sends with.
+  std::string session_ ABSL_GUARDED_BY(mu_);
 };
 
 // The agent's report: the fields the controller's ParseHeartbeat reads.
